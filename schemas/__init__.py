@@ -1,0 +1,1 @@
+"""Versioned event and record contracts of SOLARIS (Avro `.avsc` files are the source of truth)."""

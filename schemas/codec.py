@@ -1,0 +1,82 @@
+"""Binary codec for Kafka messages: a 5-byte header + an Avro (schemaless) body.
+
+Header: magic byte ``0x00`` then the schema's wire id as a big-endian uint32 (the Confluent
+wire-format layout, so a schema registry can be adopted later without re-encoding). No pickle.
+Every decode validates: header, Avro body (fully consumed), then field rules.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any, TypeVar, cast
+
+import fastavro
+
+from schemas.errors import BadHeader, DecodeError, InvalidField, SchemaError, WrongRecordType
+from schemas.limits import Limits
+from schemas.records import NeighbourList, RequestEvent
+from schemas.registry import entry_for, parsed_schemas, wire_id_of
+from schemas.validation import validate
+
+MAGIC = 0
+_HEADER = struct.Struct(">BI")
+T = TypeVar("T")
+
+# Avro arrays decode to lists; records keep tuples so they stay hashable and immutable.
+_TUPLE_FIELDS: dict[type, tuple[str, ...]] = {
+    RequestEvent: ("candidates",),
+    NeighbourList: ("neighbours", "weights"),
+}
+
+
+class Codec:
+    """Encode and decode SOLARIS records. Thread-safe; holds no per-message state."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self._schemas = parsed_schemas()
+
+    def encode(self, record: Any) -> bytes:
+        """Validate and encode ``record``; raises :class:`SchemaError` subclasses."""
+        validate(record, self.limits)
+        wire_id = wire_id_of(type(record))
+        buf = io.BytesIO()
+        buf.write(_HEADER.pack(MAGIC, wire_id))
+        body = {name: getattr(record, name) for name in record.__slots__}
+        try:
+            fastavro.schemaless_writer(buf, self._schemas[wire_id], body)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise InvalidField(type(record).__name__, "?", f"cannot encode: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes | None, expect: type[T] | None = None) -> T:
+        """Decode one message; ``expect`` restricts the accepted record type."""
+        if data is None or len(data) < _HEADER.size:
+            raise BadHeader(f"message of {0 if data is None else len(data)} bytes has no header")
+        magic, wire_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise BadHeader(f"magic byte {magic:#x}, expected {MAGIC:#x}")
+        entry = entry_for(wire_id)
+        if expect is not None and entry.record_type is not expect:
+            raise WrongRecordType(
+                f"got {entry.record_type.__name__}, expected {expect.__name__}"
+            )
+        buf = io.BytesIO(data)
+        buf.seek(_HEADER.size)
+        try:
+            body = fastavro.schemaless_reader(buf, self._schemas[wire_id], None)
+        except SchemaError:
+            raise
+        except Exception as exc:  # fastavro raises many types on corrupt input
+            raise DecodeError(f"{entry.record_type.__name__}: corrupt Avro body: {exc!r}") from exc
+        if buf.tell() != len(data):
+            raise DecodeError(
+                f"{entry.record_type.__name__}: {len(data) - buf.tell()} trailing bytes"
+            )
+        body = cast(dict[str, Any], body)
+        for name in _TUPLE_FIELDS.get(entry.record_type, ()):
+            body[name] = tuple(body[name])
+        record = entry.record_type(**body)
+        validate(record, self.limits)
+        return cast(T, record)

@@ -1,0 +1,146 @@
+"""Field-level rules checked on every encode and decode (Avro checks only types).
+
+Each rule raises :class:`~schemas.errors.InvalidField` naming the record and field, so a
+dead-letter entry says exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import InvalidField
+from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, Limits
+from schemas.records import (
+    DeadLetter,
+    ImpressionEvent,
+    NeighbourList,
+    PairEmbedding,
+    PairProposal,
+    RequestEvent,
+    UserAggregate,
+)
+from schemas.vectors import VectorDtype
+
+
+def _fail(rec: Any, field: str, msg: str) -> InvalidField:
+    return InvalidField(type(rec).__name__, field, msg)
+
+
+def _check_id(rec: Any, field: str) -> None:
+    value = getattr(rec, field)
+    if value < 0:
+        raise _fail(rec, field, f"must be >= 0, got {value}")
+
+
+def _check_time(rec: Any, field: str = "event_time_ms") -> None:
+    value = getattr(rec, field)
+    if not MIN_EVENT_TIME_MS <= value < MAX_EVENT_TIME_MS:
+        raise _fail(rec, field, f"{value} is outside [{MIN_EVENT_TIME_MS}, {MAX_EVENT_TIME_MS})")
+
+
+def _check_str(rec: Any, field: str, limits: Limits, allow_empty: bool = False) -> None:
+    value = getattr(rec, field)
+    if not value and not allow_empty:
+        raise _fail(rec, field, "must not be empty")
+    if len(value) > limits.max_string_len:
+        raise _fail(rec, field, f"length {len(value)} exceeds {limits.max_string_len}")
+
+
+def _check_vector(rec: Any, limits: Limits) -> None:
+    if not 0 < rec.dim <= limits.max_dim:
+        raise _fail(rec, "dim", f"{rec.dim} is outside (0, {limits.max_dim}]")
+    try:
+        dtype = VectorDtype(rec.dtype)
+    except ValueError:
+        raise _fail(rec, "dtype", f"unknown dtype {rec.dtype!r}") from None
+    expected = rec.dim * dtype.numpy.itemsize
+    if len(rec.vector) != expected:
+        raise _fail(rec, "vector", f"{len(rec.vector)} bytes, expected {expected} for dim {rec.dim}")
+    if not np.isfinite(np.frombuffer(rec.vector, dtype=dtype.numpy)).all():
+        raise _fail(rec, "vector", "contains NaN or infinity")
+
+
+def _request(rec: RequestEvent, limits: Limits) -> None:
+    _check_str(rec, "request_id", limits)
+    _check_id(rec, "user_id")
+    _check_time(rec)
+    _check_str(rec, "surface", limits)
+    if len(rec.candidates) > limits.max_candidates:
+        raise _fail(rec, "candidates", f"{len(rec.candidates)} exceeds {limits.max_candidates}")
+    if any(c < 0 for c in rec.candidates):
+        raise _fail(rec, "candidates", "item ids must be >= 0")
+
+
+def _impression(rec: ImpressionEvent, limits: Limits) -> None:
+    _check_str(rec, "request_id", limits)
+    _check_id(rec, "user_id")
+    _check_id(rec, "item_id")
+    _check_time(rec)
+    if rec.position < 0:
+        raise _fail(rec, "position", f"must be >= 0, got {rec.position}")
+    if rec.label not in (0, 1):
+        raise _fail(rec, "label", f"must be 0 or 1, got {rec.label}")
+
+
+def _proposal(rec: PairProposal, limits: Limits) -> None:
+    _check_str(rec, "request_id", limits)
+    _check_id(rec, "user_id")
+    _check_id(rec, "item_id")
+    _check_time(rec)
+    _check_str(rec, "strategy", limits)
+    if rec.score is not None and not math.isfinite(rec.score):
+        raise _fail(rec, "score", "must be finite")
+
+
+def _pair(rec: PairEmbedding, limits: Limits) -> None:
+    _check_id(rec, "user_id")
+    _check_id(rec, "item_id")
+    _check_time(rec)
+    _check_str(rec, "model_version", limits)
+    _check_vector(rec, limits)
+
+
+def _aggregate(rec: UserAggregate, limits: Limits) -> None:
+    _check_id(rec, "user_id")
+    _check_time(rec)
+    _check_str(rec, "model_version", limits)
+    if rec.window_ms <= 0:
+        raise _fail(rec, "window_ms", "must be > 0")
+    if rec.count <= 0:
+        raise _fail(rec, "count", "must be > 0")
+    _check_vector(rec, limits)
+
+
+def _neighbours(rec: NeighbourList, limits: Limits) -> None:
+    _check_id(rec, "user_id")
+    _check_time(rec)
+    if len(rec.neighbours) != len(rec.weights):
+        raise _fail(rec, "weights", f"{len(rec.weights)} weights for {len(rec.neighbours)} ids")
+    if len(rec.neighbours) > limits.max_neighbours:
+        raise _fail(rec, "neighbours", f"{len(rec.neighbours)} exceeds {limits.max_neighbours}")
+    if not all(math.isfinite(w) for w in rec.weights):
+        raise _fail(rec, "weights", "must be finite")
+
+
+def _dead_letter(rec: DeadLetter, limits: Limits) -> None:
+    del limits  # dead letters carry arbitrary text; they must never be rejected
+
+
+VALIDATORS: dict[type, Callable[[Any, Limits], None]] = {
+    RequestEvent: _request,
+    ImpressionEvent: _impression,
+    PairProposal: _proposal,
+    PairEmbedding: _pair,
+    UserAggregate: _aggregate,
+    NeighbourList: _neighbours,
+    DeadLetter: _dead_letter,
+}
+
+
+def validate(record: Any, limits: Limits) -> None:
+    """Raise :class:`InvalidField` if ``record`` breaks a rule; return None otherwise."""
+    VALIDATORS[type(record)](record, limits)

@@ -1,0 +1,1 @@
+"""Streaming side of SOLARIS: settings, Faust app and agents, simulator, replay, lag, CLI."""

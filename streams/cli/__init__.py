@@ -1,0 +1,1 @@
+"""The ``solaris`` command line."""

@@ -1,0 +1,20 @@
+"""Entry point of the ``solaris`` console script.
+
+Sub-commands live in one module each and import heavy dependencies (torch, faust) lazily, so
+``solaris --help`` stays fast and the serving install works without torch.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from streams.cli import infra_cmd, topics_cmd
+
+app = typer.Typer(
+    name="solaris",
+    help="SOLARIS: speculative offloading of foundation-model embeddings to real-time rankers.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(infra_cmd.app, name="infra")
+app.add_typer(topics_cmd.app, name="topics")

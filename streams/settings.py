@@ -1,0 +1,76 @@
+"""The one typed settings object of SOLARIS.
+
+Built once in an entry point (CLI, worker) and passed down; nothing else reads the environment.
+Every field maps to an env var ``SOLARIS_<FIELD>`` (e.g. ``SOLARIS_KAFKA_BOOTSTRAP``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+HOUR_MS = 3_600_000
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_data_dir() -> Path:
+    return (REPO_ROOT.parent / "shared" / "data").resolve()
+
+
+class Settings(BaseSettings):
+    """All SOLARIS knobs with their defaults; see README "Settings" for the table."""
+
+    model_config = SettingsConfigDict(env_prefix="SOLARIS_", frozen=True, extra="ignore")
+
+    # --- Kafka ---------------------------------------------------------------------------------
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    topic_prefix: str = Field("solaris", description="Prefix of every topic name.")
+    topic_partitions: int = Field(4, ge=1, description="Partitions of each SOLARIS topic.")
+    topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")
+
+    # --- store -----------------------------------------------------------------------------------
+    store_backend: Literal["redis", "aerospike", "memory"] = Field(
+        "redis", description="Keyed-store backend."
+    )
+    store_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL of the store.")
+    aerospike_hosts: str = Field(
+        "", description="Comma-separated host:port of Aerospike seeds; empty = not configured."
+    )
+    aerospike_namespace: str = Field("test", description="Aerospike namespace.")
+    key_prefix: str = Field("sol", description="Prefix of every store key.")
+    pair_ttl_ms: int = Field(4 * HOUR_MS, gt=0, description="Freshness TTL of pair embeddings.")
+    aggregate_window_ms: int = Field(
+        24 * HOUR_MS, gt=0, description="Rolling event-time window of user aggregates."
+    )
+    aggregate_ttl_ms: int = Field(
+        24 * HOUR_MS, gt=0, description="Freshness TTL of a user aggregate after its newest pair."
+    )
+    neighbour_ttl_ms: int = Field(24 * HOUR_MS, gt=0, description="Freshness TTL of neighbours.")
+    read_deadline_ms: float = Field(20.0, gt=0, description="Ranker read deadline per request.")
+
+    # --- models ----------------------------------------------------------------------------------
+    model_dir: Path = Field(
+        Path.home() / ".cache" / "solaris" / "models", description="Trained models and ONNX files."
+    )
+    embedding_dim: int = Field(64, gt=0, description="FM interaction-embedding dimension d.")
+    history_len: int = Field(20, gt=0, description="Last-L interactions fed to the FM.")
+    embed_batch_size: int = Field(128, gt=0, description="FM micro-batch size.")
+    embed_max_wait_ms: int = Field(50, ge=0, description="FM micro-batch max wait (wall clock).")
+    onnx_threads: int = Field(1, ge=0, description="onnxruntime intra-op threads (0 = ORT default).")
+
+    # --- limits ----------------------------------------------------------------------------------
+    max_candidates: int = Field(1_000, gt=0, description="Largest accepted candidate list.")
+
+    # --- local infra -----------------------------------------------------------------------------
+    cache_dir: Path = Field(
+        Path.home() / ".cache" / "solaris", description="Cache of venvs, jars, runtime data."
+    )
+    data_dir: Path = Field(default_factory=_default_data_dir, description="Real datasets.")
+    log_level: str = Field("INFO", description="Log level of SOLARIS loggers.")
+
+    def topic(self, name: str) -> str:
+        """Full topic name of a logical topic (``requests`` -> ``solaris.requests``)."""
+        return f"{self.topic_prefix}.{name}"
