@@ -68,18 +68,30 @@ ensure_jars() {
     return 0
   fi
   command -v mvn >/dev/null || die "mvn not found (needed once to fetch the Kafka jars)"
+  # One download at a time per cache (two brokers may start at once).
+  mkdir -p "$(dirname "$libs")"
+  exec 8>"$(dirname "$libs")/.lock"
+  flock 8
+  if [[ -f "$marker" ]]; then
+    exec 8>&-
+    return 0
+  fi
   log "fetching Kafka jars into $libs (one-time)..."
   # A partial earlier download is redone from scratch.
   rm -rf "$libs"
   mkdir -p "$libs"
-  if ! mvn -q -B -f "$POM" \
+  local mvn_log
+  mvn_log="$(dirname "$libs")/mvn.log"
+  if ! mvn -q -B -Dstyle.color=never -f "$POM" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-      -DoutputDirectory="$libs" -DincludeScope=runtime; then
+      -DoutputDirectory="$libs" -DincludeScope=runtime >"$mvn_log" 2>&1; then
+    tail -n 40 "$mvn_log" >&2
     rm -rf "$libs"
-    die "mvn could not fetch the Kafka jars (see the output above)"
+    die "mvn could not fetch the Kafka jars (full output: $mvn_log)"
   fi
   compgen -G "$libs/kafka_2.13-*.jar" >/dev/null || die "no kafka_2.13 jar in $libs after mvn"
   date -u +%Y-%m-%dT%H:%M:%SZ >"$marker"
+  exec 8>&-
   log "jars ready ($(find "$libs" -name '*.jar' | wc -l) jars)"
 }
 
@@ -223,7 +235,7 @@ cmd_start() {
   # Without job control the background child is not a group leader, so setsid execs
   # in place and $! is the JVM's PID.
   nohup setsid "$JAVA" "${jvm[@]}" -cp "$libs/*" kafka.Kafka "$SERVER_PROPS" \
-    </dev/null >>"$OUT_LOG" 2>&1 &
+    </dev/null >>"$OUT_LOG" 2>&1 9>&- &
   pid=$!
   echo "$pid" >"$PID_FILE"
 
@@ -282,8 +294,10 @@ cmd_status() {
     log "not running (port $PORT, data $DATA_DIR)"
     return 3
   fi
+  local cport
+  cport="$(sed -n 's/^controller.quorum.voters=1@127.0.0.1://p' "$SERVER_PROPS" 2>/dev/null || true)"
   if ready_check 5 "$pid" >/dev/null 2>&1; then
-    log "running: pid $pid, bootstrap 127.0.0.1:$PORT, controller 127.0.0.1:$CONTROLLER_PORT, ready"
+    log "running: pid $pid, bootstrap 127.0.0.1:$PORT, controller 127.0.0.1:${cport:-?}, ready"
     return 0
   fi
   log "running: pid $pid, bootstrap 127.0.0.1:$PORT, NOT answering metadata requests"
@@ -298,10 +312,20 @@ cmd_logs() {
   tail -n "${SOLARIS_KAFKA_LOG_LINES:-100}" "$BROKER_LOG"
 }
 
+# Serialise start/stop on one data dir (the lock fd is closed for the JVM).
+lock_data_dir() {
+  mkdir -p "$DATA_DIR"
+  exec 9>"$DATA_DIR/.lock"
+  flock -w 300 9 || die "timed out waiting for the lock on $DATA_DIR"
+}
+
 main() {
   [[ $# -ge 1 ]] || usage
   local cmd="$1"
   shift
+  case "$cmd" in
+    start|stop) lock_data_dir ;;
+  esac
   case "$cmd" in
     start) cmd_start ;;
     stop) cmd_stop ;;

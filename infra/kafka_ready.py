@@ -123,7 +123,10 @@ def make_confluent_check(bootstrap: str):
             raise NotReady(str(exc)) from exc
         if not md.brokers:
             raise NotReady("metadata lists no broker")
-        return f"metadata: cluster {md.cluster_id}, {len(md.brokers)} broker(s), {len(md.topics)} topic(s)"
+        return (
+            f"metadata: cluster {md.cluster_id}, {len(md.brokers)} broker(s), "
+            f"{len(md.topics)} topic(s)"
+        )
 
     return check
 
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             check = None
     if check is None:
+
         def check(t: float) -> str:
             try:
                 return check_raw(host, port, t)
@@ -189,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kafka_ready: {args.bootstrap} ready via {method}: {info}")
             return 0
         if time.monotonic() >= deadline:
-            print(f"kafka_ready: {args.bootstrap} not ready after {args.timeout:g}s via {method}: {last}",
-                  file=sys.stderr)
+            print(
+                f"kafka_ready: {args.bootstrap} not ready after {args.timeout:g}s"
+                f" via {method}: {last}",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.5)
 

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Local Redis for SOLARIS development and CI (Debian's redis-server, no persistence).
+#
+#   infra/redis.sh start|stop|status
+#
+# Env knobs (defaults in brackets):
+#   SOLARIS_CACHE_DIR          [$HOME/.cache/solaris]
+#   SOLARIS_REDIS_PORT         [6379]  bound to 127.0.0.1
+#   SOLARIS_REDIS_DATA_DIR     [$SOLARIS_CACHE_DIR/run/redis-$PORT]  dir, pidfile, logfile
+#   SOLARIS_REDIS_START_TIMEOUT [20]   seconds to wait for PING
+#   SOLARIS_REDIS_STOP_TIMEOUT  [10]   seconds between SIGTERM and SIGKILL
+set -euo pipefail
+
+CACHE_DIR="${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}"
+PORT="${SOLARIS_REDIS_PORT:-6379}"
+DATA_DIR="${SOLARIS_REDIS_DATA_DIR:-$CACHE_DIR/run/redis-$PORT}"
+START_TIMEOUT="${SOLARIS_REDIS_START_TIMEOUT:-20}"
+STOP_TIMEOUT="${SOLARIS_REDIS_STOP_TIMEOUT:-10}"
+
+PID_FILE="$DATA_DIR/redis.pid"
+LOG_FILE="$DATA_DIR/redis.log"
+OUT_FILE="$DATA_DIR/redis-start.out"
+
+log() { echo "[redis] $*"; }
+err() { echo "[redis] ERROR: $*" >&2; }
+die() { err "$*"; exit 1; }
+
+usage() {
+  echo "usage: $0 start|stop|status" >&2
+  exit 2
+}
+
+ensure_redis() {
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    return 0
+  fi
+  command -v apt-get >/dev/null || die "redis-server is missing and apt-get is not available"
+  local sudo=()
+  if [[ $EUID -ne 0 ]]; then
+    command -v sudo >/dev/null || die "redis-server is missing; installing it needs root or sudo"
+    sudo=(sudo)
+  fi
+  log "installing redis-server with apt-get (one-time)..."
+  local apt_log
+  apt_log="$(mktemp /tmp/solaris-redis-apt.XXXXXX)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends redis-server redis-tools \
+      >"$apt_log" 2>&1; then
+    log "install failed; running apt-get update and retrying"
+    if ! { "${sudo[@]}" apt-get update -q && \
+           "${sudo[@]}" apt-get install -y -q --no-install-recommends redis-server redis-tools; } \
+        >>"$apt_log" 2>&1; then
+      tail -n 20 "$apt_log" >&2
+      die "apt-get could not install redis-server (full output: $apt_log)"
+    fi
+  fi
+  rm -f "$apt_log"
+  command -v redis-server >/dev/null || die "redis-server still not found after install"
+  log "installed $(redis-server --version | head -n 1)"
+}
+
+read_pid() {
+  [[ -f "$PID_FILE" ]] || return 1
+  local pid
+  pid="$(tr -cd '0-9' <"$PID_FILE")"
+  [[ -n "$pid" ]] || return 1
+  echo "$pid"
+}
+
+# True when $1 is a live (non-zombie) redis-server listening on our port.
+is_our_redis() {
+  local pid="$1" state
+  kill -0 "$pid" 2>/dev/null || return 1
+  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
+  [[ "$state" != "Z" ]] || return 1
+  # redis-server rewrites its title to "redis-server 127.0.0.1:PORT" (guards PID reuse).
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "redis-server 127.0.0.1:$PORT"
+}
+
+running_pid() {
+  local pid
+  pid="$(read_pid)" || return 1
+  is_our_redis "$pid" || return 1
+  echo "$pid"
+}
+
+ping() {
+  [[ "$(redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null)" == "PONG" ]]
+}
+
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+show_log_tail() {
+  local f
+  for f in "$LOG_FILE" "$OUT_FILE"; do
+    if [[ -s "$f" ]]; then
+      echo "[redis] ----- last 40 lines of $f -----" >&2
+      tail -n 40 "$f" >&2
+    fi
+  done
+}
+
+cmd_start() {
+  local pid
+  ensure_redis
+  if pid="$(running_pid)"; then
+    if ping; then
+      log "already running (pid $pid, 127.0.0.1:$PORT)"
+      return 0
+    fi
+    die "redis pid $pid is alive but does not answer PING on 127.0.0.1:$PORT; run '$0 stop' first"
+  fi
+  rm -f "$PID_FILE"
+  if port_in_use "$PORT"; then
+    die "port 127.0.0.1:$PORT is already in use by another process (not ours: no live pid in $PID_FILE); set SOLARIS_REDIS_PORT"
+  fi
+
+  mkdir -p "$DATA_DIR"
+  log "starting redis-server on 127.0.0.1:$PORT (dir $DATA_DIR)"
+  # No config file: built-in defaults plus these options (the Debian package's
+  # /etc/redis/redis.conf and its service are not used). fd 9 (our lock) is closed
+  # for the daemon.
+  if ! redis-server \
+      --bind 127.0.0.1 --port "$PORT" --protected-mode yes \
+      --daemonize yes --pidfile "$PID_FILE" --logfile "$LOG_FILE" --dir "$DATA_DIR" \
+      --save '' --appendonly no --loglevel notice </dev/null >"$OUT_FILE" 2>&1 9>&-; then
+    show_log_tail
+    die "redis-server failed to start"
+  fi
+
+  local t0=$SECONDS
+  while (( SECONDS - t0 < START_TIMEOUT )); do
+    if pid="$(running_pid)" && ping; then
+      log "ready (pid $pid)"
+      return 0
+    fi
+    # redis writes its pidfile once it listens; none after 5 s means it died
+    # (e.g. a bind error, see the log).
+    if (( SECONDS - t0 >= 5 )) && [[ ! -f "$PID_FILE" ]]; then
+      err "redis-server exited during startup"
+      show_log_tail
+      exit 1
+    fi
+    sleep 0.2
+  done
+  err "redis did not answer PING on 127.0.0.1:$PORT within ${START_TIMEOUT}s"
+  if pid="$(running_pid)"; then
+    stop_pid "$pid"
+  fi
+  rm -f "$PID_FILE"
+  show_log_tail
+  exit 1
+}
+
+stop_pid() {
+  local pid="$1" waited=0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while is_our_redis "$pid"; do
+    if (( waited >= STOP_TIMEOUT * 5 )); then
+      err "pid $pid still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      waited=0
+      while is_our_redis "$pid" && (( waited < 25 )); do
+        sleep 0.2
+        waited=$((waited + 1))
+      done
+      break
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+}
+
+cmd_stop() {
+  local pid
+  if ! pid="$(running_pid)"; then
+    log "not running (port $PORT)"
+    rm -f "$PID_FILE"
+    return 0
+  fi
+  log "stopping redis pid $pid"
+  stop_pid "$pid"
+  rm -f "$PID_FILE"
+  log "stopped"
+}
+
+cmd_status() {
+  local pid
+  if ! pid="$(running_pid)"; then
+    log "not running (port $PORT, dir $DATA_DIR)"
+    return 3
+  fi
+  if command -v redis-cli >/dev/null && ping; then
+    log "running: pid $pid, 127.0.0.1:$PORT, PING ok"
+    return 0
+  fi
+  log "running: pid $pid, 127.0.0.1:$PORT, NOT answering PING"
+  return 1
+}
+
+lock_data_dir() {
+  mkdir -p "$DATA_DIR"
+  exec 9>"$DATA_DIR/.lock"
+  flock -w 60 9 || die "timed out waiting for the lock on $DATA_DIR"
+}
+
+main() {
+  [[ $# -ge 1 ]] || usage
+  local cmd="$1"
+  shift
+  case "$cmd" in
+    start)
+      lock_data_dir
+      cmd_start
+      ;;
+    stop)
+      lock_data_dir
+      cmd_stop
+      ;;
+    status) cmd_status ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"
