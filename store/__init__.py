@@ -1,0 +1,1 @@
+"""Keyed feature store of SOLARIS: backends (Redis, Aerospike, in-memory), key layout, values."""

@@ -1,0 +1,31 @@
+"""Build the configured :class:`~store.protocol.FeatureStore` from plain arguments."""
+
+from __future__ import annotations
+
+from store.keys import KeyLayout
+from store.protocol import FeatureStore
+
+
+def open_store(
+    backend: str,
+    *,
+    url: str = "",
+    aerospike_hosts: str = "",
+    aerospike_namespace: str = "test",
+    key_prefix: str = "sol",
+) -> FeatureStore:
+    """Open a store backend by name (``redis``, ``aerospike`` or ``memory``)."""
+    layout = KeyLayout(key_prefix)
+    if backend == "redis":
+        from store.redis_store import RedisStore
+
+        return RedisStore(url, layout)
+    if backend == "aerospike":
+        from store.aerospike_store import AerospikeStore
+
+        return AerospikeStore(aerospike_hosts, aerospike_namespace, key_prefix)
+    if backend == "memory":
+        from store.memory import InMemoryStore
+
+        return InMemoryStore(layout)
+    raise ValueError(f"unknown store backend {backend!r} (redis, aerospike, memory)")

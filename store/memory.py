@@ -1,0 +1,76 @@
+"""In-process backend for unit tests and the offline simulator.
+
+Physical expiry follows an injectable clock (ms). The simulator passes an *event-time* clock so
+offline runs expire values exactly as event-time freshness would; the default is wall time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.keys import KeyLayout
+from store.protocol import ReadBatch, ReadResult
+from store.values import encode_aggregate, encode_neighbours, encode_pair
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class InMemoryStore:
+    """A dict of ``key -> (expires_at_ms, value)``; same encoding and key layout as Redis."""
+
+    def __init__(
+        self, layout: KeyLayout | None = None, clock_ms: Callable[[], int] = _wall_clock_ms
+    ) -> None:
+        self.layout = layout or KeyLayout()
+        self._clock_ms = clock_ms
+        self._data: dict[bytes, tuple[int, bytes]] = {}
+        #: Number of read round trips served (tests assert the reader's budget with it).
+        self.round_trips = 0
+
+    def _put(self, key: bytes, value: bytes, ttl_ms: int) -> None:
+        self._data[key] = (self._clock_ms() + ttl_ms, value)
+
+    def _get(self, key: bytes, now_ms: int) -> bytes | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= now_ms:
+            del self._data[key]
+            return None
+        return entry[1]
+
+    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
+        for rec in pairs:
+            self._put(self.layout.pair(rec.user_id, rec.item_id), encode_pair(rec), ttl_ms)
+
+    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
+        for rec in aggregates:
+            self._put(self.layout.aggregate(rec.user_id), encode_aggregate(rec), ttl_ms)
+
+    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
+        for rec in lists:
+            self._put(self.layout.neighbours(rec.user_id), encode_neighbours(rec), ttl_ms)
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        del timeout_ms  # in-process reads cannot block
+        self.round_trips += 1
+        now = self._clock_ms()
+        lay = self.layout
+        return ReadResult(
+            pairs=[self._get(lay.pair(u, i), now) for u, i in batch.pairs],
+            aggregates=[self._get(lay.aggregate(u), now) for u in batch.aggregates],
+            neighbours=[self._get(lay.neighbours(u), now) for u in batch.neighbours],
+        )
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def ping(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._data.clear()

@@ -1,0 +1,130 @@
+"""Redis backend: one ``MGET`` per read (one round trip), pipelined ``SET ... PX`` writes.
+
+All keys of a user share a hash tag (see :mod:`store.keys`), so a request's first-round read
+is one ``MGET`` even on Redis Cluster. The cross-user neighbour read also uses one ``MGET``,
+which a standalone Redis (or a proxy) serves in one round trip; on Redis Cluster it would need
+one ``MGET`` per slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.errors import StoreTimeout, StoreUnavailable
+from store.keys import KeyLayout
+from store.protocol import ReadBatch, ReadResult
+from store.values import encode_aggregate, encode_neighbours, encode_pair
+
+_WRITE_TIMEOUT_S = 5.0
+log = logging.getLogger(__name__)
+
+
+class RedisStore:
+    """A :class:`~store.protocol.FeatureStore` on Redis.
+
+    Reads use a client whose socket timeout equals the read deadline and which never retries,
+    so a slow or dead Redis costs the ranker at most one deadline. One client (with its own
+    connection pool) is kept per distinct deadline; rankers use one deadline, so one client.
+    """
+
+    def __init__(self, url: str, layout: KeyLayout | None = None) -> None:
+        self.url = url
+        self.layout = layout or KeyLayout()
+        self._writer = self._client(_WRITE_TIMEOUT_S)
+        self._readers: dict[float, redis.Redis] = {}
+        #: Number of read round trips sent (tests assert the reader's budget with it).
+        self.round_trips = 0
+
+    def _client(self, timeout_s: float) -> redis.Redis:
+        return redis.Redis.from_url(
+            self.url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+
+    def _reader(self, timeout_ms: float) -> redis.Redis:
+        key = round(timeout_ms, 1)
+        client = self._readers.get(key)
+        if client is None:
+            client = self._readers[key] = self._client(max(key, 0.1) / 1000.0)
+        return client
+
+    def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        if not items:
+            return
+        try:
+            pipe = self._writer.pipeline(transaction=False)
+            for key, value in items:
+                pipe.set(key, value, px=ttl_ms)
+            pipe.execute()
+        except redis.TimeoutError as exc:
+            raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis write failed: {exc}") from exc
+
+    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
+        pair = self.layout.pair
+        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
+
+    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
+        agg = self.layout.aggregate
+        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
+
+    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
+        nb = self.layout.neighbours
+        self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
+
+    def keys_for(self, batch: ReadBatch) -> list[bytes]:
+        """The keys one read of ``batch`` fetches, in result order."""
+        lay = self.layout
+        keys: list[bytes] = []
+        if batch.pairs:
+            first_user = batch.pairs[0][0]
+            if all(u == first_user for u, _ in batch.pairs):
+                keys.extend(lay.pairs(first_user, [i for _, i in batch.pairs]))
+            else:
+                keys.extend(lay.pair(u, i) for u, i in batch.pairs)
+        keys.extend(lay.aggregate(u) for u in batch.aggregates)
+        keys.extend(lay.neighbours(u) for u in batch.neighbours)
+        return keys
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        keys = self.keys_for(batch)
+        if not keys:
+            return ReadResult()
+        self.round_trips += 1
+        try:
+            values: list[bytes | None] = self._reader(timeout_ms).mget(keys)
+        except redis.TimeoutError as exc:
+            raise StoreTimeout(f"redis read of {len(keys)} keys exceeded {timeout_ms} ms") from exc
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis read failed: {exc}") from exc
+        n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
+        return ReadResult(
+            pairs=values[:n_pairs],
+            aggregates=values[n_pairs : n_pairs + n_aggs],
+            neighbours=values[n_pairs + n_aggs :],
+        )
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._writer.ping())
+        except redis.RedisError:
+            return False
+
+    def close(self) -> None:
+        for client in (self._writer, *self._readers.values()):
+            try:
+                client.close()
+            except (redis.RedisError, OSError):  # closing must never raise
+                log.warning("closing a redis client failed", exc_info=True)
+        self._readers.clear()

@@ -1,0 +1,54 @@
+"""``solaris infra up|down|status``: the local Kafka broker and Redis."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams import infra
+from streams.settings import Settings
+
+app = typer.Typer(help="Start, stop and check the local Kafka broker and Redis (127.0.0.1).")
+console = Console()
+
+
+def _services(service: str | None) -> tuple[str, ...]:
+    if service is None:
+        return infra.SERVICES
+    if service not in infra.SERVICES:
+        raise typer.BadParameter(f"unknown service {service!r}; choose from {infra.SERVICES}")
+    return (service,)
+
+
+@app.command()
+def up(service: str | None = typer.Argument(None, help="kafka or redis; default both")) -> None:
+    """Start the services that are not running (idempotent)."""
+    settings = Settings()
+    for name in _services(service):
+        if infra.run_script(name, "start", settings).returncode != 0:
+            console.print(f"[red]{name} failed to start[/red]")
+            raise typer.Exit(1)
+
+
+@app.command()
+def down(service: str | None = typer.Argument(None, help="kafka or redis; default both")) -> None:
+    """Stop the services started by `infra up` (by PID)."""
+    settings = Settings()
+    failed = [n for n in _services(service) if infra.run_script(n, "stop", settings).returncode]
+    if failed:
+        console.print(f"[red]failed to stop: {', '.join(failed)}[/red]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(service: str | None = typer.Argument(None, help="kafka or redis; default both")) -> None:
+    """Show whether each service runs and answers; exit 1 unless all are healthy."""
+    settings = Settings()
+    table = Table("service", "healthy", "detail")
+    results = [infra.status(name, settings) for name in _services(service)]
+    for res in results:
+        table.add_row(res.name, "[green]yes[/green]" if res.healthy else "[red]no[/red]", res.detail)
+    console.print(table)
+    if not all(r.healthy for r in results):
+        raise typer.Exit(1)

@@ -1,0 +1,47 @@
+"""``solaris topics create|list``: the SOLARIS topics on the configured broker."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.errors import KafkaUnavailable
+from streams.settings import Settings
+
+app = typer.Typer(help="Create and list SOLARIS topics.")
+console = Console()
+
+
+@app.command()
+def create() -> None:
+    """Create every SOLARIS topic with the configured partitions (existing ones are kept)."""
+    from streams.topics import create_topics
+
+    settings = Settings()
+    try:
+        results = create_topics(settings)
+    except KafkaUnavailable as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    table = Table("topic", "partitions", "action")
+    for res in results:
+        table.add_row(res.name, str(res.partitions), "created" if res.created else "exists")
+    console.print(table)
+
+
+@app.command("list")
+def list_topics() -> None:
+    """List the SOLARIS topics on the broker with their partition counts."""
+    from streams.topics import admin_client
+
+    settings = Settings()
+    try:
+        meta = admin_client(settings).list_topics(timeout=10)
+    except Exception as exc:
+        console.print(f"[red]cannot reach {settings.kafka_bootstrap}: {exc}[/red]")
+        raise typer.Exit(1) from exc
+    table = Table("topic", "partitions")
+    for name in sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + ".")):
+        table.add_row(name, str(len(meta.topics[name].partitions)))
+    console.print(table)

@@ -1,0 +1,75 @@
+"""The topic catalogue and idempotent topic creation (confluent-kafka AdminClient).
+
+All SOLARIS topics are keyed by ``user_id`` so one user's events and state share a partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.errors import KafkaUnavailable
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Logical topic names; the full name is ``<topic_prefix>.<name>``.
+TOPICS: tuple[str, ...] = (
+    "requests",
+    "impressions",
+    "speculated",
+    "verified",
+    "embeddings",
+    "scores",
+    "dead-letter",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """Outcome of creating one topic."""
+
+    name: str
+    created: bool
+    partitions: int
+
+
+def admin_client(settings: Settings) -> AdminClient:
+    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10_000})
+
+
+def create_topics(
+    settings: Settings, names: tuple[str, ...] = TOPICS, timeout_s: float = 30.0
+) -> list[TopicResult]:
+    """Create the topics that do not exist yet; existing ones are left as they are.
+
+    Idempotent. Raises :class:`KafkaUnavailable` when the broker cannot be reached or refuses.
+    """
+    admin = admin_client(settings)
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot list topics at {settings.kafka_bootstrap}: {exc}") from exc
+    results: list[TopicResult] = []
+    to_create: list[NewTopic] = []
+    for name in names:
+        full = settings.topic(name)
+        if full in existing:
+            results.append(TopicResult(full, False, len(existing[full].partitions)))
+        else:
+            to_create.append(NewTopic(full, settings.topic_partitions, settings.topic_replication))
+    if to_create:
+        futures = admin.create_topics(to_create, operation_timeout=timeout_s)
+        for full, future in futures.items():
+            try:
+                future.result(timeout=timeout_s)
+                results.append(TopicResult(full, True, settings.topic_partitions))
+                log.info("topic created", extra={"topic": full})
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaUnavailable(f"creating {full} failed: {exc}") from exc
+                results.append(TopicResult(full, False, settings.topic_partitions))
+    return sorted(results, key=lambda r: r.name)
