@@ -59,9 +59,7 @@ class Codec:
             raise BadHeader(f"magic byte {magic:#x}, expected {MAGIC:#x}")
         entry = entry_for(wire_id)
         if expect is not None and entry.record_type is not expect:
-            raise WrongRecordType(
-                f"got {entry.record_type.__name__}, expected {expect.__name__}"
-            )
+            raise WrongRecordType(f"got {entry.record_type.__name__}, expected {expect.__name__}")
         buf = io.BytesIO(data)
         buf.seek(_HEADER.size)
         try:

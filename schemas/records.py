@@ -77,7 +77,12 @@ class PairEmbedding:
         dtype: VectorDtype = VectorDtype.FLOAT16,
     ) -> PairEmbedding:
         return cls(
-            user_id, item_id, event_time_ms, model_version, dtype.value, int(vector.shape[-1]),
+            user_id,
+            item_id,
+            event_time_ms,
+            model_version,
+            dtype.value,
+            int(vector.shape[-1]),
             to_bytes(vector, dtype),
         )
 
@@ -112,8 +117,14 @@ class UserAggregate:
         dtype: VectorDtype = VectorDtype.FLOAT16,
     ) -> UserAggregate:
         return cls(
-            user_id, event_time_ms, window_ms, count, model_version, dtype.value,
-            int(vector.shape[-1]), to_bytes(vector, dtype),
+            user_id,
+            event_time_ms,
+            window_ms,
+            count,
+            model_version,
+            dtype.value,
+            int(vector.shape[-1]),
+            to_bytes(vector, dtype),
         )
 
     def array(self) -> np.ndarray:
@@ -157,6 +168,11 @@ Record = (
     | DeadLetter
 )
 RECORD_TYPES: tuple[type, ...] = (
-    RequestEvent, ImpressionEvent, PairProposal, PairEmbedding, UserAggregate, NeighbourList,
+    RequestEvent,
+    ImpressionEvent,
+    PairProposal,
+    PairEmbedding,
+    UserAggregate,
+    NeighbourList,
     DeadLetter,
 )

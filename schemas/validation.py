@@ -59,7 +59,9 @@ def _check_vector(rec: Any, limits: Limits) -> None:
         raise _fail(rec, "dtype", f"unknown dtype {rec.dtype!r}") from None
     expected = rec.dim * dtype.numpy.itemsize
     if len(rec.vector) != expected:
-        raise _fail(rec, "vector", f"{len(rec.vector)} bytes, expected {expected} for dim {rec.dim}")
+        raise _fail(
+            rec, "vector", f"{len(rec.vector)} bytes, expected {expected} for dim {rec.dim}"
+        )
     if not np.isfinite(np.frombuffer(rec.vector, dtype=dtype.numpy)).all():
         raise _fail(rec, "vector", "contains NaN or infinity")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 
-class VectorDtype(str, Enum):
+class VectorDtype(StrEnum):
     """Wire dtype of a vector; matches the Avro enum ``VectorDtype``."""
 
     FLOAT16 = "FLOAT16"

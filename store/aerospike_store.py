@@ -40,7 +40,9 @@ class AerospikeStore:
             import aerospike
             from aerospike import exception as aero_exc
         except ImportError as exc:
-            raise StoreUnavailable("install the 'aerospike' extra: pip install solaris[aerospike]") from exc
+            raise StoreUnavailable(
+                "install the 'aerospike' extra: pip install solaris[aerospike]"
+            ) from exc
         self._aero_exc = aero_exc
         self.namespace = namespace
         self._sets = {k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb")}
@@ -62,7 +64,10 @@ class AerospikeStore:
 
         ttl_s = max(1, math.ceil(ttl_ms / 1000))
         records = BatchRecords(
-            [Write(key, [ops.write(_BIN, bytearray(value))], meta={"ttl": ttl_s}) for key, value in items]
+            [
+                Write(key, [ops.write(_BIN, bytearray(value))], meta={"ttl": ttl_s})
+                for key, value in items
+            ]
         )
         try:
             result = self._client.batch_write(records, {"total_timeout": _WRITE_TIMEOUT_MS})
@@ -72,17 +77,25 @@ class AerospikeStore:
             raise StoreUnavailable(f"aerospike write failed: {exc}") from exc
         failed = [br for br in result.batch_records if br.result != 0]
         if failed:
-            raise StoreUnavailable(f"aerospike write: {len(failed)} of {len(items)} records failed "
-                                   f"(first result code {failed[0].result})")
+            raise StoreUnavailable(
+                f"aerospike write: {len(failed)} of {len(items)} records failed "
+                f"(first result code {failed[0].result})"
+            )
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        self._write([(self._key("pair", f"{r.user_id}:{r.item_id}"), encode_pair(r)) for r in pairs], ttl_ms)
+        self._write(
+            [(self._key("pair", f"{r.user_id}:{r.item_id}"), encode_pair(r)) for r in pairs], ttl_ms
+        )
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
-        self._write([(self._key("agg", str(r.user_id)), encode_aggregate(r)) for r in aggregates], ttl_ms)
+        self._write(
+            [(self._key("agg", str(r.user_id)), encode_aggregate(r)) for r in aggregates], ttl_ms
+        )
 
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
-        self._write([(self._key("nb", str(r.user_id)), encode_neighbours(r)) for r in lists], ttl_ms)
+        self._write(
+            [(self._key("nb", str(r.user_id)), encode_neighbours(r)) for r in lists], ttl_ms
+        )
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         keys = [self._key("pair", f"{u}:{i}") for u, i in batch.pairs]

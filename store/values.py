@@ -65,7 +65,10 @@ class StoredNeighbours:
 
 def encode_pair(rec: PairEmbedding) -> bytes:
     head = _HEAD.pack(
-        FORMAT_PAIR, _DTYPE_CODE[rec.dtype], rec.dim, rec.event_time_ms,
+        FORMAT_PAIR,
+        _DTYPE_CODE[rec.dtype],
+        rec.dim,
+        rec.event_time_ms,
         version_tag(rec.model_version),
     )
     return head + rec.vector
@@ -73,7 +76,10 @@ def encode_pair(rec: PairEmbedding) -> bytes:
 
 def encode_aggregate(rec: UserAggregate) -> bytes:
     head = _HEAD.pack(
-        FORMAT_AGGREGATE, _DTYPE_CODE[rec.dtype], rec.dim, rec.event_time_ms,
+        FORMAT_AGGREGATE,
+        _DTYPE_CODE[rec.dtype],
+        rec.dim,
+        rec.event_time_ms,
         version_tag(rec.model_version),
     )
     return head + _COUNT.pack(rec.count) + rec.vector

@@ -38,7 +38,9 @@ def script_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def run_script(service: str, action: str, settings: Settings, capture: bool = False) -> subprocess.CompletedProcess[str]:
+def run_script(
+    service: str, action: str, settings: Settings, capture: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Run ``infra/<service>.sh <action>``; output goes to the terminal unless ``capture``."""
     if service not in SERVICES:
         raise InfraError(f"unknown service {service!r}; known: {', '.join(SERVICES)}")
@@ -46,8 +48,11 @@ def run_script(service: str, action: str, settings: Settings, capture: bool = Fa
     if not script.exists():
         raise InfraError(f"{script} not found (is this a full clone of the repo?)")
     return subprocess.run(
-        ["bash", str(script), action], env=script_env(settings), text=True,
-        capture_output=capture, check=False,
+        ["bash", str(script), action],
+        env=script_env(settings),
+        text=True,
+        capture_output=capture,
+        check=False,
     )
 
 

@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     history_len: int = Field(20, gt=0, description="Last-L interactions fed to the FM.")
     embed_batch_size: int = Field(128, gt=0, description="FM micro-batch size.")
     embed_max_wait_ms: int = Field(50, ge=0, description="FM micro-batch max wait (wall clock).")
-    onnx_threads: int = Field(1, ge=0, description="onnxruntime intra-op threads (0 = ORT default).")
+    onnx_threads: int = Field(
+        1, ge=0, description="onnxruntime intra-op threads (0 = ORT default)."
+    )
 
     # --- limits ----------------------------------------------------------------------------------
     max_candidates: int = Field(1_000, gt=0, description="Largest accepted candidate list.")
@@ -70,6 +72,9 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default_factory=_default_data_dir, description="Real datasets.")
     log_level: str = Field("INFO", description="Log level of SOLARIS loggers.")
+    require_services: bool = Field(
+        False, description="Tests: fail (not skip) integration tests when Kafka/Redis are down."
+    )
 
     def topic(self, name: str) -> str:
         """Full topic name of a logical topic (``requests`` -> ``solaris.requests``)."""

@@ -48,7 +48,9 @@ def status(service: str | None = typer.Argument(None, help="kafka or redis; defa
     table = Table("service", "healthy", "detail")
     results = [infra.status(name, settings) for name in _services(service)]
     for res in results:
-        table.add_row(res.name, "[green]yes[/green]" if res.healthy else "[red]no[/red]", res.detail)
+        table.add_row(
+            res.name, "[green]yes[/green]" if res.healthy else "[red]no[/red]", res.detail
+        )
     console.print(table)
     if not all(r.healthy for r in results):
         raise typer.Exit(1)

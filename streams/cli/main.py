@@ -18,3 +18,14 @@ app = typer.Typer(
 )
 app.add_typer(infra_cmd.app, name="infra")
 app.add_typer(topics_cmd.app, name="topics")
+
+
+@app.callback()
+def _main(
+    log_json: bool = typer.Option(False, "--log-json", help="Logs as JSON lines (for shipping)."),
+) -> None:
+    """Configure structured logging once for every sub-command."""
+    from streams.logs import configure_logging
+    from streams.settings import Settings
+
+    configure_logging(Settings().log_level, json=log_json)

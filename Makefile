@@ -1,0 +1,37 @@
+# One task runner, the same targets locally and in CI (.ci/run calls `make test`).
+SHELL := bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+SOLARIS := $(VENV)/bin/solaris
+PYTEST_ARGS ?=
+
+.PHONY: help setup lock test test-unit lint format infra-up infra-down
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup:  ## create/reuse the cached virtualenv and install this clone into it
+	@bash infra/venv.sh
+
+lock: setup  ## regenerate requirements.lock from the current venv
+	@(echo "# Pinned versions used to build the cached virtualenv (infra/venv.sh); regenerate with 'make lock'."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v '^solaris') > requirements.lock
+
+test: setup  ## all tests (unit + integration on a real Kafka and Redis started for the run)
+	@SOLARIS_REQUIRE_SERVICES=1 bash infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup  ## unit tests only (no services)
+	@$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+lint: setup  ## ruff lint + format check
+	@$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+format: setup  ## apply ruff fixes and formatting
+	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .
+
+infra-up: setup  ## start the local Kafka broker and Redis
+	@$(SOLARIS) infra up
+
+infra-down:  ## stop the local Kafka broker and Redis
+	@bash infra/kafka.sh stop; bash infra/redis.sh stop

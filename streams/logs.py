@@ -1,0 +1,47 @@
+"""Structured logging for every SOLARIS entry point (structlog over the stdlib ``logging``).
+
+Library modules log with ``logging.getLogger(__name__)`` and pass fields in ``extra=``; this
+setup renders them as ``key=value`` pairs (or JSON with ``json=True``) on stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_STD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+def _extra_fields(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
+    """Lift the ``extra=`` fields of a stdlib record into the structured event."""
+    record = event.get("_record")
+    if isinstance(record, logging.LogRecord):
+        for key, value in record.__dict__.items():
+            if key not in _STD_ATTRS and not key.startswith("_"):
+                event.setdefault(key, value)
+    return event
+
+
+def configure_logging(level: str = "INFO", json: bool = False) -> None:
+    """Install the structured formatter on the root logger (idempotent)."""
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            _extra_fields,
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

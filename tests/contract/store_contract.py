@@ -1,0 +1,94 @@
+"""The FeatureStore contract, run against every backend (memory, Redis, Aerospike).
+
+A backend's test module subclasses :class:`StoreContract` and provides the ``store`` fixture.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from schemas.vectors import VectorDtype
+from store.protocol import FeatureStore, ReadBatch
+from store.values import decode_neighbours, decode_vector, version_tag
+
+T0 = 1_700_000_000_000
+HOUR = 3_600_000
+
+
+def pair(user: int, item: int, t: int = T0, seed: int = 0, dim: int = 8) -> PairEmbedding:
+    vec = np.random.default_rng(seed).normal(size=dim).astype(np.float32)
+    return PairEmbedding.from_array(user, item, t, "fm-test", vec)
+
+
+class StoreContract:
+    """Behaviour every :class:`FeatureStore` must show."""
+
+    def test_is_a_feature_store(self, store: FeatureStore) -> None:
+        assert isinstance(store, FeatureStore)
+        assert store.ping()
+
+    def test_pair_round_trip_keeps_vector_time_and_version(self, store: FeatureStore) -> None:
+        rec = pair(1, 10, seed=1)
+        store.write_pairs([rec], ttl_ms=HOUR)
+        res = store.read(ReadBatch(pairs=[(1, 10)]), timeout_ms=500)
+        assert res.pairs[0] is not None
+        got = decode_vector(res.pairs[0])
+        assert got.event_time_ms == T0
+        assert got.version_tag == version_tag("fm-test")
+        np.testing.assert_array_equal(got.array(), rec.array())
+
+    def test_absent_keys_are_none_and_results_aligned(self, store: FeatureStore) -> None:
+        store.write_pairs([pair(2, 20, seed=2), pair(2, 22, seed=3)], ttl_ms=HOUR)
+        res = store.read(ReadBatch(pairs=[(2, 21), (2, 22), (2, 20), (3, 20)]), timeout_ms=500)
+        assert res.pairs[0] is None and res.pairs[3] is None
+        np.testing.assert_array_equal(
+            decode_vector(res.pairs[1]).array(), pair(2, 22, seed=3).array()
+        )
+        np.testing.assert_array_equal(
+            decode_vector(res.pairs[2]).array(), pair(2, 20, seed=2).array()
+        )
+
+    def test_write_is_idempotent_last_write_wins(self, store: FeatureStore) -> None:
+        first, second = pair(4, 40, t=T0, seed=4), pair(4, 40, t=T0 + 1000, seed=5)
+        store.write_pairs([first], ttl_ms=HOUR)
+        store.write_pairs([first], ttl_ms=HOUR)
+        store.write_pairs([second], ttl_ms=HOUR)
+        got = decode_vector(store.read(ReadBatch(pairs=[(4, 40)]), 500).pairs[0])
+        assert got.event_time_ms == T0 + 1000
+
+    def test_one_read_returns_pairs_aggregate_and_neighbours(self, store: FeatureStore) -> None:
+        vec = np.linspace(-1, 1, 8, dtype=np.float32)
+        agg = UserAggregate.from_array(5, T0, 24 * HOUR, 3, "fm-test", vec, VectorDtype.FLOAT32)
+        nbs = NeighbourList(5, T0, (6, 7), (0.9, 0.5))
+        store.write_pairs([pair(5, 50)], HOUR)
+        store.write_aggregates([agg], HOUR)
+        store.write_neighbours([nbs], HOUR)
+        res = store.read(ReadBatch(pairs=[(5, 50)], aggregates=[5, 6], neighbours=[5]), 500)
+        assert res.pairs[0] is not None
+        got_agg = decode_vector(res.aggregates[0])
+        assert got_agg.count == 3
+        np.testing.assert_array_equal(got_agg.array(), vec)
+        assert res.aggregates[1] is None
+        got_nb = decode_neighbours(res.neighbours[0])
+        assert got_nb.user_ids.tolist() == [6, 7]
+        np.testing.assert_allclose(got_nb.weights, [0.9, 0.5], rtol=1e-6)
+
+    def test_empty_batch_reads_nothing(self, store: FeatureStore) -> None:
+        res = store.read(ReadBatch(), 500)
+        assert res.pairs == [] and res.aggregates == [] and res.neighbours == []
+
+    def test_500_candidate_read(self, store: FeatureStore) -> None:
+        items = list(range(1000, 1500))
+        store.write_pairs([pair(8, i, seed=i) for i in items[::2]], HOUR)
+        res = store.read(ReadBatch(pairs=[(8, i) for i in items]), 2000)
+        present = [v is not None for v in res.pairs]
+        assert present == [i % 2 == 0 for i in range(500)]
+
+    @pytest.mark.parametrize("ttl_ms", [1_500])
+    def test_physical_ttl_expires(self, store: FeatureStore, ttl_ms: int, advance) -> None:
+        store.write_pairs([pair(9, 90)], ttl_ms=ttl_ms)
+        assert store.read(ReadBatch(pairs=[(9, 90)]), 500).pairs[0] is not None
+        advance(ttl_ms + 600)
+        assert store.read(ReadBatch(pairs=[(9, 90)]), 500).pairs[0] is None

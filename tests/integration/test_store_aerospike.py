@@ -1,0 +1,36 @@
+"""The FeatureStore contract on a live Aerospike server, when one is configured."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from streams.settings import Settings
+from tests.contract.store_contract import StoreContract
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def store(unique: str) -> Iterator[object]:
+    settings = Settings()
+    if not settings.aerospike_hosts:
+        pytest.skip("SOLARIS_AEROSPIKE_HOSTS is not set: no Aerospike server configured")
+    pytest.importorskip("aerospike", reason="the 'aerospike' extra is not installed")
+    from store.aerospike_store import AerospikeStore
+
+    s = AerospikeStore(settings.aerospike_hosts, settings.aerospike_namespace, f"t{unique}")
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def advance() -> Callable[[int], None]:
+    # Aerospike TTLs have 1 s resolution (the store rounds up): wait past the rounded TTL.
+    return lambda ms: time.sleep(ms / 1000 + 1.0)
+
+
+class TestAerospikeStore(StoreContract):
+    pass

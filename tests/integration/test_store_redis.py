@@ -1,0 +1,74 @@
+"""The FeatureStore contract on a real Redis, plus Redis-specific guarantees."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from store.errors import StoreError, StoreUnavailable
+from store.keys import KeyLayout
+from store.protocol import ReadBatch
+from store.redis_store import RedisStore
+from tests.contract.store_contract import StoreContract, pair
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def store(redis_url: str, unique: str) -> Iterator[RedisStore]:
+    s = RedisStore(redis_url, KeyLayout(f"t{unique}"))
+    yield s
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"t{unique}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+    s.close()
+
+
+@pytest.fixture()
+def advance() -> Callable[[int], None]:
+    return lambda ms: time.sleep(ms / 1000)
+
+
+class TestRedisStore(StoreContract):
+    def test_keys_of_a_user_share_one_cluster_slot(self, store: RedisStore, redis_url: str) -> None:
+        from redis.crc import key_slot
+
+        keys = store.keys_for(
+            ReadBatch(pairs=[(42, i) for i in range(50)], aggregates=[42], neighbours=[42])
+        )
+        assert len({key_slot(k) for k in keys}) == 1
+
+    def test_read_of_500_candidates_is_one_round_trip(
+        self, store: RedisStore, redis_url: str
+    ) -> None:
+        client = redis.Redis.from_url(redis_url)
+        before = client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0)
+        store.read(
+            ReadBatch(pairs=[(1, i) for i in range(500)], aggregates=[1], neighbours=[1]), 500
+        )
+        after = client.info("commandstats")["cmdstat_mget"]["calls"]
+        client.close()
+        assert after - before == 1
+        assert store.round_trips == 1
+
+    def test_physical_ttl_is_set(self, store: RedisStore, redis_url: str) -> None:
+        store.write_pairs([pair(3, 30)], ttl_ms=60_000)
+        client = redis.Redis.from_url(redis_url)
+        ttl = client.pttl(store.layout.pair(3, 30))
+        client.close()
+        assert 0 < ttl <= 60_000
+
+    def test_unreachable_redis_raises_store_error_quickly(self) -> None:
+        dead = RedisStore("redis://127.0.0.1:1/0")
+        t0 = time.perf_counter()
+        with pytest.raises(StoreUnavailable):
+            dead.read(ReadBatch(pairs=[(1, 1)]), timeout_ms=50)
+        assert time.perf_counter() - t0 < 2.0
+        with pytest.raises(StoreError):
+            dead.write_pairs([pair(1, 1)], 1000)
+        dead.close()
