@@ -1,0 +1,249 @@
+"""The ranker's read API: per candidate, the best fresh tier in at most two store round trips.
+
+Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> user aggregate -> neighbours
+(similarity-weighted mean of the neighbours' embedding for that item, else of their aggregates)
+-> missing (zeros). A stored value serves a request only if it was produced from an *earlier*
+event (``value.event_time_ms < request event_time_ms``) and is within its TTL at the request's
+event time: physical expiry in the store is never trusted for freshness.
+
+The reader never raises to the ranker: on deadline or store error it returns what it has, the
+rest as missing, and counts it in :attr:`FeatureReader.stats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from store.batch_decode import decode_many
+from store.errors import CorruptValue, StoreError, StoreTimeout
+from store.protocol import FeatureStore, ReadBatch
+from store.tiers import Tier
+from store.values import decode_neighbours
+
+log = logging.getLogger(__name__)
+
+
+class Lookup(NamedTuple):
+    """What :meth:`FeatureReader.lookup` returns (unpacks as a 3-tuple)."""
+
+    vectors: np.ndarray  #: float32 [n, dim]; zeros where missing
+    tiers: np.ndarray  #: uint8 [n]; :class:`Tier` codes
+    ages_ms: np.ndarray  #: int64 [n]; event-time age of the served value, -1 where missing
+
+
+class ColdStartIndex(Protocol):
+    """Finds similar users for a user without a stored neighbour list, from a representation
+    available at ranking time (e.g. the request's own candidate items). Non-blocking, in-process."""
+
+    def neighbours_for_items(
+        self, item_ids: Sequence[int], k: int, exclude_user: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(user_ids int64 [<=k], weights float32 [<=k])``, best first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderConfig:
+    """Freshness and cost knobs of the reader."""
+
+    dim: int = 64
+    pair_ttl_ms: int = 4 * 3_600_000
+    aggregate_ttl_ms: int = 24 * 3_600_000
+    neighbour_ttl_ms: int = 24 * 3_600_000
+    deadline_ms: float = 20.0
+    #: neighbours used per request (best first)
+    max_neighbours: int = 8
+    #: cap on (neighbour, item) pair keys in round 2; above it only neighbour aggregates are read
+    max_neighbour_pair_keys: int = 2_000
+    #: accept only values of this model version (CRC32 tag); None accepts any
+    version_tag: int | None = None
+
+
+@dataclass(slots=True)
+class ReaderStats:
+    """Counters since construction; the ranker service exports them as metrics."""
+
+    calls: int = 0
+    lookups: int = 0
+    round_trips: int = 0
+    timeouts: int = 0
+    store_errors: int = 0
+    corrupt_values: int = 0
+    cold_start_queries: int = 0
+    tiers: np.ndarray = field(default_factory=lambda: np.zeros(len(Tier), dtype=np.int64))
+
+
+class FeatureReader:
+    """Batched tiered lookups for one request at a time. Not thread-safe (one per thread)."""
+
+    def __init__(
+        self,
+        store: FeatureStore,
+        config: ReaderConfig | None = None,
+        cold_start: ColdStartIndex | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or ReaderConfig()
+        self.cold_start = cold_start
+        self.stats = ReaderStats()
+
+    def lookup(
+        self,
+        user_id: int,
+        item_ids: Sequence[int],
+        event_time_ms: int,
+        deadline_ms: float | None = None,
+    ) -> Lookup:
+        """Tiered embeddings of ``item_ids`` for ``user_id`` as of ``event_time_ms``.
+
+        Blocks at most about ``deadline_ms`` (default from the config); never raises.
+        """
+        cfg = self.config
+        start = time.perf_counter()
+        budget = cfg.deadline_ms if deadline_ms is None else deadline_ms
+        items = [int(i) for i in item_ids]
+        n = len(items)
+        out = Lookup(
+            np.zeros((n, cfg.dim), np.float32),
+            np.full(n, Tier.MISSING, np.uint8),
+            np.full(n, -1, np.int64),
+        )
+        self.stats.calls += 1
+        self.stats.lookups += n
+        if n:
+            try:
+                self._fill(user_id, items, event_time_ms, budget, start, out)
+            except StoreTimeout:
+                self.stats.timeouts += 1
+            except StoreError as exc:
+                self.stats.store_errors += 1
+                log.warning("store read failed; serving missing", extra={"error": str(exc)})
+        self.stats.tiers += np.bincount(out.tiers, minlength=len(Tier))
+        return out
+
+    def _fresh(
+        self, present: np.ndarray, times: np.ndarray, tags: np.ndarray, t: int, ttl: int
+    ) -> np.ndarray:
+        ok = present & (times < t) & (t - times <= ttl)
+        if self.config.version_tag is not None:
+            ok &= tags == self.config.version_tag
+        return ok
+
+    def _fill(
+        self, user: int, items: list[int], t: int, budget: float, start: float, out: Lookup
+    ) -> None:
+        cfg = self.config
+        res = self.store.read(
+            ReadBatch(pairs=[(user, i) for i in items], aggregates=[user], neighbours=[user]),
+            timeout_ms=budget,
+        )
+        self.stats.round_trips += 1
+        pairs = decode_many(res.pairs, cfg.dim)
+        self.stats.corrupt_values += pairs.corrupt
+        exact = self._fresh(
+            pairs.present, pairs.event_time_ms, pairs.version_tag, t, cfg.pair_ttl_ms
+        )
+        out.vectors[exact] = pairs.vectors[exact]
+        out.tiers[exact] = Tier.EXACT
+        out.ages_ms[exact] = t - pairs.event_time_ms[exact]
+        rest = ~exact
+        if not rest.any():
+            return
+        agg = decode_many(res.aggregates, cfg.dim)
+        self.stats.corrupt_values += agg.corrupt
+        if self._fresh(agg.present, agg.event_time_ms, agg.version_tag, t, cfg.aggregate_ttl_ms)[0]:
+            out.vectors[rest] = agg.vectors[0]
+            out.tiers[rest] = Tier.AGGREGATE
+            out.ages_ms[rest] = t - agg.event_time_ms[0]
+            return
+        nb_ids, nb_weights = self._neighbours(user, items, res.neighbours[0], t)
+        if nb_ids.size == 0:
+            return
+        remaining = budget - (time.perf_counter() - start) * 1000.0
+        if remaining <= 0:
+            self.stats.timeouts += 1
+            return
+        self._fill_from_neighbours(
+            items, t, nb_ids, nb_weights, np.flatnonzero(rest), remaining, out
+        )
+
+    def _neighbours(
+        self, user: int, items: list[int], raw: bytes | None, t: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self.config
+        if raw is not None:
+            try:
+                nb = decode_neighbours(raw)
+            except CorruptValue:
+                self.stats.corrupt_values += 1
+            else:
+                if nb.event_time_ms < t and t - nb.event_time_ms <= cfg.neighbour_ttl_ms:
+                    keep = nb.weights > 0
+                    return nb.user_ids[keep][: cfg.max_neighbours], nb.weights[keep][
+                        : cfg.max_neighbours
+                    ]
+        if self.cold_start is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        self.stats.cold_start_queries += 1
+        ids, weights = self.cold_start.neighbours_for_items(items, cfg.max_neighbours, user)
+        keep = weights > 0
+        return ids[keep], weights[keep]
+
+    def _fill_from_neighbours(
+        self,
+        items: list[int],
+        t: int,
+        nb_ids: np.ndarray,
+        nb_w: np.ndarray,
+        rest_idx: np.ndarray,
+        budget: float,
+        out: Lookup,
+    ) -> None:
+        cfg = self.config
+        k, m = len(nb_ids), len(rest_idx)
+        with_pairs = k * m <= cfg.max_neighbour_pair_keys
+        rest_items = [items[j] for j in rest_idx]
+        pair_keys = [(int(u), i) for u in nb_ids for i in rest_items] if with_pairs else []
+        res = self.store.read(
+            ReadBatch(pairs=pair_keys, aggregates=[int(u) for u in nb_ids]), budget
+        )
+        self.stats.round_trips += 1
+        filled = np.zeros(m, dtype=bool)
+        if with_pairs:
+            dec = decode_many(res.pairs, cfg.dim)
+            self.stats.corrupt_values += dec.corrupt
+            fresh = self._fresh(
+                dec.present, dec.event_time_ms, dec.version_tag, t, cfg.pair_ttl_ms
+            ).reshape(k, m)
+            w = fresh * nb_w[:, None]  # [k, m]
+            den = w.sum(axis=0)
+            filled = den > 0
+            if filled.any():
+                vecs = dec.vectors.reshape(k, m, cfg.dim)
+                mean = np.einsum("km,kmd->md", w[:, filled], vecs[:, filled]) / den[filled, None]
+                times = np.where(fresh, dec.event_time_ms.reshape(k, m), np.iinfo(np.int64).max)
+                idx = rest_idx[filled]
+                out.vectors[idx] = mean
+                out.tiers[idx] = Tier.NEIGHBOURS
+                out.ages_ms[idx] = t - times[:, filled].min(axis=0)
+        if filled.all():
+            return
+        agg = decode_many(res.aggregates, cfg.dim)
+        self.stats.corrupt_values += agg.corrupt
+        fresh_agg = self._fresh(
+            agg.present, agg.event_time_ms, agg.version_tag, t, cfg.aggregate_ttl_ms
+        )
+        if not fresh_agg.any():
+            return
+        w = nb_w * fresh_agg
+        mean = (w[:, None] * agg.vectors).sum(axis=0) / w.sum()
+        idx = rest_idx[~filled]
+        out.vectors[idx] = mean
+        out.tiers[idx] = Tier.NEIGHBOURS
+        out.ages_ms[idx] = t - agg.event_time_ms[fresh_agg].min()

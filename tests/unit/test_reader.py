@@ -1,0 +1,154 @@
+"""FeatureReader: tier order, freshness boundaries, neighbours, deadlines, round-trip budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.errors import StoreTimeout, StoreUnavailable
+from store.memory import InMemoryStore
+from store.protocol import ReadBatch, ReadResult
+from store.reader import FeatureReader, ReaderConfig
+from store.tiers import Tier
+from store.values import version_tag
+
+T0 = 1_700_000_000_000
+HOUR = 3_600_000
+DIM = 4
+
+
+def vec(x: float) -> np.ndarray:
+    return np.full(DIM, x, dtype=np.float32)
+
+
+def pair(u: int, i: int, t: int, x: float, version: str = "fm") -> PairEmbedding:
+    return PairEmbedding.from_array(u, i, t, version, vec(x))
+
+
+def agg(u: int, t: int, x: float) -> UserAggregate:
+    return UserAggregate.from_array(u, t, 24 * HOUR, 2, "fm", vec(x))
+
+
+@pytest.fixture()
+def store() -> InMemoryStore:
+    return InMemoryStore(clock_ms=lambda: T0)  # physical expiry never interferes here
+
+
+def reader(store: InMemoryStore, **kw: object) -> FeatureReader:
+    return FeatureReader(
+        store,
+        ReaderConfig(dim=DIM, pair_ttl_ms=HOUR, aggregate_ttl_ms=HOUR, neighbour_ttl_ms=HOUR, **kw),
+    )  # type: ignore[arg-type]
+
+
+def test_exact_then_aggregate_then_missing(store: InMemoryStore) -> None:
+    store.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
+    store.write_aggregates([agg(1, T0, 0.25)], HOUR)
+    vectors, tiers, ages = reader(store).lookup(1, [10, 11], T0 + 1000)
+    assert tiers.tolist() == [Tier.EXACT, Tier.AGGREGATE]
+    np.testing.assert_allclose(vectors, [vec(0.5), vec(0.25)])
+    assert ages.tolist() == [1000, 1000]
+    vectors, tiers, ages = reader(store).lookup(2, [10], T0 + 1000)
+    assert tiers.tolist() == [Tier.MISSING] and ages.tolist() == [-1]
+    assert not vectors.any()
+
+
+def test_value_serves_only_strictly_later_requests(store: InMemoryStore) -> None:
+    store.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
+    r = reader(store)
+    assert r.lookup(1, [10], T0).tiers[0] == Tier.MISSING  # the request that caused it
+    assert r.lookup(1, [10], T0 - 1).tiers[0] == Tier.MISSING  # an earlier request
+    assert r.lookup(1, [10], T0 + 1).tiers[0] == Tier.EXACT
+
+
+def test_ttl_boundary_is_inclusive(store: InMemoryStore) -> None:
+    store.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
+    r = reader(store)
+    assert r.lookup(1, [10], T0 + HOUR).tiers[0] == Tier.EXACT
+    assert r.lookup(1, [10], T0 + HOUR + 1).tiers[0] == Tier.MISSING
+
+
+def test_other_model_version_is_rejected(store: InMemoryStore) -> None:
+    store.write_pairs([pair(1, 10, T0, 0.5, version="old")], HOUR)
+    r = reader(store, version_tag=version_tag("fm"))
+    assert r.lookup(1, [10], T0 + 1).tiers[0] == Tier.MISSING
+
+
+def test_neighbour_pairs_weighted_then_neighbour_aggregates(store: InMemoryStore) -> None:
+    store.write_neighbours([NeighbourList(1, T0, (2, 3, 4), (0.75, 0.25, -0.5))], HOUR)
+    store.write_pairs(
+        [pair(2, 10, T0, 1.0), pair(3, 10, T0 - 10, 3.0), pair(4, 10, T0, 100.0)], HOUR
+    )
+    store.write_aggregates([agg(3, T0, 8.0)], HOUR)
+    vectors, tiers, ages = reader(store).lookup(1, [10, 11], T0 + 100)
+    assert tiers.tolist() == [Tier.NEIGHBOURS, Tier.NEIGHBOURS]
+    # item 10: weights .75/.25 over users 2 and 3 (user 4 has a negative weight: ignored)
+    np.testing.assert_allclose(vectors[0], vec(0.75 * 1.0 + 0.25 * 3.0))
+    assert ages[0] == 110  # the oldest contributing value
+    # item 11: no neighbour has the pair -> weighted mean of neighbour aggregates (only user 3)
+    np.testing.assert_allclose(vectors[1], vec(8.0))
+    assert store.round_trips == 2
+
+
+class _Cold:
+    def neighbours_for_items(
+        self, item_ids: Sequence[int], k: int, exclude_user: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        assert exclude_user == 9
+        return np.array([2], np.int64), np.array([1.0], np.float32)
+
+
+def test_cold_start_index_serves_user_without_neighbour_list(store: InMemoryStore) -> None:
+    store.write_pairs([pair(2, 10, T0, 1.5)], HOUR)
+    r = FeatureReader(store, ReaderConfig(dim=DIM), cold_start=_Cold())
+    assert r.lookup(9, [10], T0 + 1).tiers.tolist() == [Tier.NEIGHBOURS]
+    assert r.stats.cold_start_queries == 1
+
+
+def test_500_candidates_take_at_most_two_round_trips(store: InMemoryStore) -> None:
+    items = list(range(500))
+    store.write_pairs([pair(1, i, T0, 1.0) for i in items[:100]], HOUR)
+    store.write_neighbours([NeighbourList(1, T0, tuple(range(2, 10)), (0.5,) * 8)], HOUR)
+    store.write_pairs([pair(u, i, T0, 2.0) for u in range(2, 10) for i in items[100:300]], HOUR)
+    store.write_aggregates([agg(5, T0, 3.0)], HOUR)
+    r = reader(store)
+    _, tiers, _ = r.lookup(1, items, T0 + 1)
+    assert store.round_trips <= 2
+    assert np.bincount(tiers, minlength=4).tolist() == [100, 0, 400, 0]
+
+
+class _FailingStore(InMemoryStore):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "counter"),
+    [(StoreTimeout("slow"), "timeouts"), (StoreUnavailable("down"), "store_errors")],
+)
+def test_store_failure_gives_missing_and_is_counted(exc: Exception, counter: str) -> None:
+    r = FeatureReader(_FailingStore(exc), ReaderConfig(dim=DIM))
+    vectors, tiers, ages = r.lookup(1, [1, 2, 3], T0)
+    assert tiers.tolist() == [Tier.MISSING] * 3 and not vectors.any()
+    assert getattr(r.stats, counter) == 1
+
+
+def test_exhausted_deadline_skips_second_round(store: InMemoryStore) -> None:
+    store.write_neighbours([NeighbourList(1, T0, (2,), (1.0,))], HOUR)
+    store.write_pairs([pair(2, 10, T0, 1.0)], HOUR)
+    r = reader(store)
+    assert r.lookup(1, [10], T0 + 1, deadline_ms=0.0).tiers[0] == Tier.MISSING
+    assert r.stats.timeouts == 1 and store.round_trips == 1
+
+
+def test_empty_candidate_list() -> None:
+    r = FeatureReader(InMemoryStore(), ReaderConfig(dim=DIM))
+    vectors, tiers, ages = r.lookup(1, [], T0)
+    assert vectors.shape == (0, DIM) and tiers.shape == (0,)
