@@ -135,7 +135,7 @@ class _FailingStore(InMemoryStore):
 )
 def test_store_failure_gives_missing_and_is_counted(exc: Exception, counter: str) -> None:
     r = FeatureReader(_FailingStore(exc), ReaderConfig(dim=DIM))
-    vectors, tiers, ages = r.lookup(1, [1, 2, 3], T0)
+    vectors, tiers, _ = r.lookup(1, [1, 2, 3], T0)
     assert tiers.tolist() == [Tier.MISSING] * 3 and not vectors.any()
     assert getattr(r.stats, counter) == 1
 
@@ -150,5 +150,5 @@ def test_exhausted_deadline_skips_second_round(store: InMemoryStore) -> None:
 
 def test_empty_candidate_list() -> None:
     r = FeatureReader(InMemoryStore(), ReaderConfig(dim=DIM))
-    vectors, tiers, ages = r.lookup(1, [], T0)
+    vectors, tiers, _ = r.lookup(1, [], T0)
     assert vectors.shape == (0, DIM) and tiers.shape == (0,)
