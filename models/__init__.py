@@ -1,0 +1,1 @@
+"""Models of SOLARIS: dataset loaders, traffic files, the FM and VM, training and evaluation."""

@@ -1,0 +1,183 @@
+"""``solaris data traffic|summary``: make recorded-traffic files and summarise them.
+
+numpy and the data modules are imported inside the commands so ``solaris --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from streams.settings import Settings
+
+if TYPE_CHECKING:  # annotations only: numpy loads lazily, inside the commands
+    from models.data.columns import Impressions, Requests
+
+app = typer.Typer(help="Recorded traffic: generate / convert it, and summarise a file.")
+console = Console()
+
+
+class DatasetChoice(StrEnum):
+    """Where the traffic comes from."""
+
+    synthetic = "synthetic"
+    movielens = "movielens"
+    taobao = "taobao"
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _build(
+    dataset: DatasetChoice,
+    data_dir: Path | None,
+    seed: int,
+    session_gap_s: float,
+    k: int,
+    synthetic_sizes: dict[str, Any],
+    progress: Progress,
+) -> tuple[Requests, Impressions, dict[str, Any]]:
+    """Generate or convert the traffic in memory; returns (requests, impressions, metadata)."""
+    if dataset is DatasetChoice.synthetic:
+        from models.data.synthetic import SyntheticConfig, generate, synthetic_metadata
+
+        cfg = SyntheticConfig(seed=seed, k=k, **synthetic_sizes)
+        task = progress.add_task("generating synthetic traffic", total=None)
+        traffic = generate(cfg)
+        progress.update(task, total=1, completed=1)
+        return traffic.requests, traffic.impressions, synthetic_metadata(cfg)
+
+    from models.data.convert import ConvertConfig, conversion_metadata, convert
+    from models.data.loaders import load_dataset, resolve_data_dir
+
+    folder = resolve_data_dir(data_dir, Settings().data_dir)
+    log, report = load_dataset(dataset.value, folder)
+    if report.skipped:
+        console.print(
+            f"[yellow]skipped {report.rows_skipped} bad rows of {report.path}: "
+            f"{dict(report.skipped)}[/yellow]"
+        )
+    ccfg = ConvertConfig(session_gap_s=session_gap_s, k=k, seed=seed)
+    task = progress.add_task(f"converting {len(log):,} {dataset.value} interactions", total=None)
+
+    def step(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    requests, impressions = convert(log, ccfg, dataset=dataset.value, progress=step)
+    meta = conversion_metadata(log, ccfg, dataset.value)
+    meta["source_file"] = report.path
+    meta["rows_skipped"] = dict(report.skipped)
+    return requests, impressions, meta
+
+
+@app.command()
+def traffic(
+    dataset: Annotated[DatasetChoice, typer.Option("--dataset", help="Traffic source.")],
+    out: Annotated[Path, typer.Option("--out", help="Traffic file to write (Avro, overwritten).")],
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Real datasets folder (default: settings data_dir)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Generator / retrieval seed.")] = 0,
+    session_gap_s: Annotated[
+        float,
+        typer.Option(
+            "--session-gap-s",
+            min=0.0,
+            help="Real data: interactions within this many seconds of a request's first one "
+            "join it.",
+        ),
+    ] = 60.0,
+    k: Annotated[int, typer.Option("--k", min=1, help="Candidates per request.")] = 50,
+    users: Annotated[int | None, typer.Option("--users", min=1, help="Synthetic: users.")] = None,
+    items: Annotated[int | None, typer.Option("--items", min=1, help="Synthetic: items.")] = None,
+    days: Annotated[float | None, typer.Option("--days", min=0.01, help="Synthetic: days.")] = None,
+    shown: Annotated[
+        int | None,
+        typer.Option("--shown", min=1, help="Synthetic: labelled impressions per request."),
+    ] = None,
+) -> None:
+    """Write recorded traffic (requests with candidates + labelled impressions) and summarise it."""
+    from models.data.columns import iter_events
+    from models.data.errors import DataError, DatasetNotFound
+    from models.data.stats import stats_rows, traffic_stats
+    from models.data.traffic import write_traffic
+
+    sizes = {
+        name: value
+        for name, value in (
+            ("n_users", users),
+            ("n_items", items),
+            ("days", days),
+            ("shown", shown),
+        )
+        if value is not None
+    }
+    if sizes and dataset is not DatasetChoice.synthetic:
+        console.print("[red]--users/--items/--days/--shown apply to --dataset synthetic only[/red]")
+        raise typer.Exit(2)
+    started = time.perf_counter()
+    try:
+        with _progress() as progress:
+            requests, impressions, meta = _build(
+                dataset, data_dir, seed, session_gap_s, k, sizes, progress
+            )
+            built = time.perf_counter()
+            task = progress.add_task(f"writing {out}", total=len(requests) + len(impressions))
+            summary = write_traffic(
+                out,
+                iter_events(requests, impressions),
+                meta,
+                progress=lambda n: progress.advance(task, n),
+            )
+    except DatasetNotFound as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    except DataError as exc:
+        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        raise typer.Exit(1) from exc
+    finished = time.perf_counter()
+    table = Table("traffic", str(out), title=f"{dataset.value} (seed {seed})")
+    for name, value in stats_rows(traffic_stats(requests, impressions)):
+        table.add_row(name, value)
+    table.add_row("file size", f"{summary.bytes / 1e6:.1f} MB")
+    table.add_row("build / write time", f"{built - started:.1f} s / {finished - built:.1f} s")
+    console.print(table)
+
+
+@app.command()
+def summary(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="A traffic file.")],
+) -> None:
+    """Print the statistics and metadata of an existing traffic file."""
+    import json
+
+    from models.data.errors import DataError
+    from models.data.stats import stats_rows, traffic_stats
+    from models.data.traffic import load_traffic
+
+    try:
+        loaded = load_traffic(path)
+    except DataError as exc:
+        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        raise typer.Exit(1) from exc
+    table = Table("traffic", str(path), title=str(loaded.metadata.get("dataset", "?")))
+    for name, value in stats_rows(traffic_stats(loaded.requests, loaded.impressions)):
+        table.add_row(name, value)
+    console.print(table)
+    console.print_json(json.dumps(loaded.metadata))
