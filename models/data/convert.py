@@ -55,9 +55,10 @@ class ConvertConfig:
     """Interactions within this many seconds of a request's first one join it."""
     k: int = 50
     """Candidates per request (the ranker's final-stage list size)."""
-    max_interacted: int = 25
-    """Most distinct interacted items per request, so at least ``k - max_interacted`` slots are
-    retrieved; a longer burst (MovieLens bulk rating) continues in the next request."""
+    max_interacted: int | None = None
+    """Most distinct interacted items per request (default ``k // 2``), so at least
+    ``k - max_interacted`` slots are retrieved; a longer burst (MovieLens bulk rating)
+    continues in the next request."""
     covisit_share: float = 0.6
     """Share of free slots filled by co-visitation neighbours before popular items."""
     explore_share: float = 0.1
@@ -85,7 +86,7 @@ class ConvertConfig:
         checks = {
             "session_gap_s": self.session_gap_s >= 0,
             "k": self.k >= 1,
-            "max_interacted": 1 <= self.max_interacted <= self.k,
+            "max_interacted": 1 <= self.interacted_cap <= self.k,
             "covisit_share": 0.0 <= self.covisit_share <= 1.0,
             "explore_share": 0.0 <= self.explore_share <= 1.0 - self.covisit_share,
             "covisit_window": self.covisit_window >= 1,
@@ -100,6 +101,11 @@ class ConvertConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ConfigError(f"ConvertConfig: invalid {', '.join(bad)} in {self}")
+
+    @property
+    def interacted_cap(self) -> int:
+        """The effective ``max_interacted``."""
+        return self.max_interacted if self.max_interacted is not None else max(self.k // 2, 1)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +138,7 @@ def group_requests(log: Interactions, config: ConvertConfig) -> list[_Pending]:
         if (
             req is not None
             and ts - req.start_ms <= gap_ms
-            and (item in req.items or len(req.items) < config.max_interacted)
+            and (item in req.items or len(req.items) < config.interacted_cap)
         ):
             req.items[item] = max(req.items.get(item, 0), label)
             continue

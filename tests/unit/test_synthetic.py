@@ -1,0 +1,122 @@
+"""The synthetic generator: calibrated to published ads-traffic stats, deterministic by seed."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.data.columns import iter_events
+from models.data.errors import ConfigError
+from models.data.stats import TrafficStats, traffic_stats
+from models.data.synthetic import (
+    SyntheticConfig,
+    SyntheticTraffic,
+    generate,
+    synthetic_metadata,
+)
+from models.data.traffic import write_traffic
+
+SMALL = SyntheticConfig(seed=11, n_users=80, n_items=500, days=2.0, k=30, shown=4)
+
+
+@pytest.fixture(scope="module")
+def default_traffic() -> SyntheticTraffic:
+    return generate(SyntheticConfig())
+
+
+@pytest.fixture(scope="module")
+def default_stats(default_traffic: SyntheticTraffic) -> TrafficStats:
+    return traffic_stats(default_traffic.requests, default_traffic.impressions)
+
+
+def test_defaults_match_ercache_gap_shares(default_stats: TrafficStats) -> None:
+    # Meta ERCache: ~52 % of a user's consecutive requests within 1 min, ~76 % within 10 min.
+    assert 0.47 <= default_stats.gap_share_1m <= 0.57
+    assert 0.71 <= default_stats.gap_share_10m <= 0.81
+
+
+def test_defaults_overlap_and_return_like_real_traffic(default_stats: TrafficStats) -> None:
+    assert 0.40 <= default_stats.consecutive_jaccard <= 0.60
+    assert default_stats.returning_user_share >= 0.6  # users come back on other days
+    assert default_stats.active_days_mean >= 3.0
+    assert 13.0 <= default_stats.span_days <= 14.1  # the last bursts may run past day 14
+    assert 20_000 <= default_stats.requests <= 40_000  # the small default: a few-minute replay
+    assert 0.08 <= default_stats.label_rate <= 0.12
+
+
+def test_request_shape(default_traffic: SyntheticTraffic) -> None:
+    cfg = SyntheticConfig()
+    req, imp = default_traffic.requests, default_traffic.impressions
+    assert np.all(req.n_candidates == cfg.k)
+    assert len(imp) == cfg.shown * len(req)
+    assert np.all(np.diff(req.event_time_ms) >= 0)
+    first = req.candidates_of(0)
+    assert np.unique(first).shape[0] == cfg.k  # no duplicate candidates
+    assert set(imp.item_id[imp.request_index == 0].tolist()) <= set(first.tolist())
+    assert imp.position[: cfg.shown].tolist() == list(range(cfg.shown))
+    assert req.user_id.min() >= 1 and req.candidates.min() >= 1  # ids start at 1
+    assert np.unique(req.request_id).shape[0] == len(req)
+
+
+def test_labels_follow_the_click_model(default_traffic: SyntheticTraffic) -> None:
+    imp, prob = default_traffic.impressions, default_traffic.click_prob
+    high = prob > np.quantile(prob, 0.8)
+    low = prob < np.quantile(prob, 0.2)
+    assert imp.label[high].mean() > 2 * imp.label[low].mean()
+    ctr_by_pos = [imp.label[imp.position == p].mean() for p in range(SyntheticConfig().shown)]
+    assert ctr_by_pos[0] > ctr_by_pos[-1]  # position bias
+
+
+def test_same_session_overlaps_more_than_days_apart(default_traffic: SyntheticTraffic) -> None:
+    # Short-term intent + slow drift: a user's lists days apart overlap less than within a burst.
+    req, session = default_traffic.requests, default_traffic.session
+    user = np.bincount(req.user_id).argmax()
+    rows = np.flatnonzero(req.user_id == user)
+    same = [(a, b) for a, b in itertools.pairwise(rows) if session[a] == session[b]]
+    far = [(rows[0], rows[-1])]
+
+    def jac(a: int, b: int) -> float:
+        x, y = set(req.candidates_of(a).tolist()), set(req.candidates_of(b).tolist())
+        return len(x & y) / len(x | y)
+
+    assert np.mean([jac(a, b) for a, b in same]) > jac(*far[0]) + 0.1
+
+
+def _write(path: Path, cfg: SyntheticConfig) -> bytes:
+    traffic = generate(cfg)
+    write_traffic(path, iter_events(traffic.requests, traffic.impressions), synthetic_metadata(cfg))
+    return path.read_bytes()
+
+
+def test_same_seed_same_bytes_other_seed_other_traffic(tmp_path: Path) -> None:
+    first = _write(tmp_path / "a.avro", SMALL)
+    again = _write(tmp_path / "b.avro", SMALL)
+    other_cfg = SyntheticConfig(**{**SMALL.as_dict(), "seed": 12})
+    other = _write(tmp_path / "c.avro", other_cfg)
+    assert first == again
+    assert first != other
+    a, c = generate(SMALL), generate(other_cfg)
+    assert not (
+        len(a.requests) == len(c.requests)
+        and np.array_equal(a.requests.candidates, c.requests.candidates)
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"n_users": 0},
+        {"label_rate": 1.0},
+        {"k": 5, "shown": 6},
+        {"k": 900},
+        {"requests_per_session": 0.5},
+        {"seed": -1},
+        {"diurnal_amplitude": 2.0},
+    ],
+)
+def test_bad_config_is_rejected(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        SyntheticConfig(**bad)  # type: ignore[arg-type]
