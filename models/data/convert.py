@@ -6,7 +6,9 @@ Real logs (MovieLens, Taobao) hold interactions, not ranking requests. The conve
    interaction and takes the user's later interactions while they fall within ``session_gap_s``
    of the request's *first* one and it holds fewer than ``max_interacted`` distinct items; the
    next interaction opens a new request. The request's event time is its first interaction's
-   time, so no label of a request is more than ``session_gap_s`` after the request.
+   time, so no label of a request is more than ``session_gap_s`` after the request. Hence a
+   user's consecutive requests are more than ``session_gap_s`` apart (unless the cap split a
+   burst): the gap share "within 1 min" of converted traffic is ~0 by construction.
 2. **Impressions** = the request's interacted items only, one per distinct item, with the real
    label (the max over repeats, e.g. a Taobao ``pv`` then ``cart`` of one item is engaged).
    Retrieved items the user did not touch get **no** impression: their outcome is unknown (an
@@ -49,7 +51,7 @@ _PROGRESS_EVERY = 1000
 
 @dataclass(frozen=True, slots=True)
 class ConvertConfig:
-    """Knobs of the retrieval simulation (defaults: the quick trial of SOLARIS.md §7)."""
+    """Knobs of the conversion; ``session_gap_s`` = 60 s and ``k`` = 50 as in SOLARIS.md §7."""
 
     session_gap_s: float = 60.0
     """Interactions within this many seconds of a request's first one join it."""

@@ -57,6 +57,14 @@ def _share(mask: np.ndarray) -> float:
     return float(mask.mean()) if mask.size else float("nan")
 
 
+def _days_per_user(users: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Distinct UTC days with a request, per user (int64, one entry per user)."""
+    if users.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    pairs = np.unique(np.stack([users, times // DAY_MS]), axis=1)
+    return np.unique(pairs[0], return_counts=True)[1]
+
+
 def consecutive_jaccard(requests: Requests, order: np.ndarray) -> np.ndarray:
     """Jaccard of candidate sets for each consecutive same-user pair in ``order`` (float64)."""
     users = requests.user_id[order]
@@ -86,12 +94,7 @@ def traffic_stats(requests: Requests, impressions: Impressions) -> TrafficStats:
     same_user = users_sorted[1:] == users_sorted[:-1]
     gaps = np.diff(times[order])[same_user]
     user_ids, user_first = np.unique(requests.user_id, return_index=True)
-    user_days = np.unique(np.stack([requests.user_id, times // DAY_MS]), axis=1) if n else None
-    days_per_user = (
-        np.unique(user_days[0], return_counts=True)[1]
-        if user_days is not None
-        else np.zeros(0, dtype=np.int64)
-    )
+    days_per_user = _days_per_user(requests.user_id, times)
     items = np.union1d(requests.candidates, impressions.item_id)
     jac = consecutive_jaccard(requests, order) if n else np.zeros(0)
     first_ms = int(times[0]) if n else 0

@@ -20,6 +20,11 @@ The world:
   clicked with probability sigmoid(intercept + taste·item + item bias − position bias + noise),
   the intercept solved so the overall label rate is ``label_rate``.
 
+Output conventions: user ids ``1..n_users`` and item ids ``1..n_items`` (0 is never used);
+request ids ``syn-{user_id}-{n}`` (the user's n-th request); a request's candidates are in
+retrieval order (best first); an impression's ``position`` is its display slot
+``0..shown-1`` in the ranker's order; every request has exactly ``shown`` impressions.
+
 Example::
 
     traffic = generate(SyntheticConfig(n_users=200, days=3))
@@ -66,13 +71,15 @@ class SyntheticConfig:
     """Evening peak of the daily cycle (UTC hour)."""
     requests_per_session: float = 3.7
     """Mean of the geometric request count per session. Calibrated with the gap law below to
-    Meta's ERCache measurement (Zhang et al., 2024): ~52 % of a user's consecutive requests
-    within 1 min and ~76 % within 10 min; a within-session gap share of 1 − 1/4.1 ≈ 0.76."""
+    Meta's ERCache measurement (ERCache paper, 2024; quoted in SOLARIS.md §2): ~52 % of a user's
+    consecutive requests within 1 min and ~76 % within 10 min. 1 − 1/3.7 ≈ 73 % of gaps are
+    within a session; close-together sessions of heavy users add ~3 points below 10 min."""
     gap_median_s: float = 33.0
     """Median within-session gap between requests (log-normal)."""
     gap_sigma: float = 1.25
-    """Log-normal sigma of within-session gaps: with the median, P(gap <= 1 min) ≈ 0.69 and
-    P(gap <= 10 min) ≈ 0.99 inside a session, i.e. ≈ 0.52 and ≈ 0.76 over all gaps (ERCache)."""
+    """Log-normal sigma of within-session gaps: with the median, P(gap <= 1 min) ≈ 0.68 and
+    P(gap <= 10 min) ≈ 0.99 inside a session, i.e. ≈ 0.52 and ≈ 0.76 over all gaps (ERCache);
+    ``test_synthetic`` measures both on generated traffic."""
     k: int = 50
     """Candidates per request: final-stage ranking lists are tens to hundreds of items."""
     shown: int = 5

@@ -45,7 +45,7 @@ def _progress() -> Progress:
 
 def _build(
     dataset: DatasetChoice,
-    data_dir: Path | None,
+    data_dir: Path,
     seed: int,
     session_gap_s: float,
     k: int,
@@ -63,15 +63,9 @@ def _build(
         return traffic.requests, traffic.impressions, synthetic_metadata(cfg)
 
     from models.data.convert import ConvertConfig, conversion_metadata, convert
-    from models.data.loaders import load_dataset, resolve_data_dir
+    from models.data.loaders import load_dataset
 
-    folder = resolve_data_dir(data_dir, Settings().data_dir)
-    log, report = load_dataset(dataset.value, folder)
-    if report.skipped:
-        console.print(
-            f"[yellow]skipped {report.rows_skipped} bad rows of {report.path}: "
-            f"{dict(report.skipped)}[/yellow]"
-        )
+    log, report = load_dataset(dataset.value, data_dir)
     ccfg = ConvertConfig(session_gap_s=session_gap_s, k=k, seed=seed)
     task = progress.add_task(f"converting {len(log):,} {dataset.value} interactions", total=None)
 
@@ -115,8 +109,11 @@ def traffic(
     """Write recorded traffic (requests with candidates + labelled impressions) and summarise it."""
     from models.data.columns import iter_events
     from models.data.errors import DataError, DatasetNotFound
+    from models.data.loaders import resolve_data_dir
     from models.data.stats import stats_rows, traffic_stats
     from models.data.traffic import write_traffic
+
+    settings = Settings()
 
     sizes = {
         name: value
@@ -133,9 +130,12 @@ def traffic(
         raise typer.Exit(2)
     started = time.perf_counter()
     try:
+        folder = settings.data_dir  # unused by synthetic, so it need not exist then
+        if dataset is not DatasetChoice.synthetic:
+            folder = resolve_data_dir(data_dir, settings.data_dir)
         with _progress() as progress:
             requests, impressions, meta = _build(
-                dataset, data_dir, seed, session_gap_s, k, sizes, progress
+                dataset, folder, seed, session_gap_s, k, sizes, progress
             )
             built = time.perf_counter()
             task = progress.add_task(f"writing {out}", total=len(requests) + len(impressions))
@@ -155,6 +155,11 @@ def traffic(
     table = Table("traffic", str(out), title=f"{dataset.value} (seed {seed})")
     for name, value in stats_rows(traffic_stats(requests, impressions)):
         table.add_row(name, value)
+    if "rows_skipped" in meta:  # bad source rows (also logged with examples by the loader)
+        skipped = meta["rows_skipped"]
+        table.add_row(
+            "bad source rows skipped", ", ".join(f"{k}={v}" for k, v in skipped.items()) or "none"
+        )
     table.add_row("file size", f"{summary.bytes / 1e6:.1f} MB")
     table.add_row("build / write time", f"{built - started:.1f} s / {finished - built:.1f} s")
     console.print(table)

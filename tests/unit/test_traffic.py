@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from models.data.columns import Impressions, Requests, iter_events
 from models.data.errors import DataError, TrafficFormatError
+from models.data.stats import traffic_stats
 from models.data.synthetic import SyntheticConfig, generate, synthetic_metadata
 from models.data.traffic import (
     FORMAT_VERSION,
@@ -191,6 +192,38 @@ def test_cli_writes_and_summarises_synthetic_traffic(tmp_path: Path) -> None:
     assert '"seed": 5' in result.output
 
 
+def test_cli_converts_movielens_from_data_dir(tmp_path: Path) -> None:
+    folder = tmp_path / "data" / "ml-100k"
+    folder.mkdir(parents=True)
+    lines = [
+        f"{1 + n % 7}\t{10 + n % 13}\t{1 + n % 5}\t{1_000_000_000 + 20 * n}\n" for n in range(200)
+    ]
+    (folder / "u.data").write_text("".join(lines) + "bad\trow\n")
+    out = tmp_path / "ml.avro"
+    result = CliRunner().invoke(
+        data_cmd.app,
+        [
+            "traffic",
+            "--dataset",
+            "movielens",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--k",
+            "10",
+            "--session-gap-s",
+            "30",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "field_count=1" in result.output
+    meta = traffic_metadata(out)
+    assert meta["converter"]["k"] == 10 and meta["converter"]["session_gap_s"] == 30.0
+    assert meta["rows_skipped"] == {"field_count": 1}
+    assert len(load_impressions(out)) <= 200
+
+
 def test_cli_reports_a_missing_data_dir(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         data_cmd.app,
@@ -206,3 +239,30 @@ def test_cli_reports_a_missing_data_dir(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "does not exist" in result.output
+
+
+def test_stats_on_a_hand_made_traffic() -> None:
+    day = 86_400_000
+    # User 1: requests at 0, +30 s, +5 min, +1 day; user 2: one request. Candidate sets chosen so
+    # the three consecutive Jaccards are 1/3, 1, 0.
+    requests = Requests.from_lists(
+        ["a", "b", "c", "d", "e"],
+        [1, 2, 1, 1, 1],
+        [T0, T0 + 1, T0 + 30_000, T0 + 330_000, T0 + 330_000 + day],
+        [[1, 2], [9], [2, 3], [3, 2], [7, 8]],
+    )
+    impressions = Impressions.from_lists([0, 2, 2], requests, [1, 2, 3], [0, 0, 1], [1, 0, 0])
+    stats = traffic_stats(requests, impressions)
+    assert (stats.requests, stats.users, stats.items, stats.impressions) == (5, 2, 6, 3)
+    assert stats.gap_share_1m == pytest.approx(1 / 3)
+    assert stats.gap_share_10m == pytest.approx(2 / 3)
+    assert stats.consecutive_jaccard == pytest.approx((1 / 3 + 1 + 0) / 3)
+    assert stats.first_request_share == pytest.approx(2 / 5)
+    assert stats.returning_user_share == pytest.approx(1 / 2)
+    assert stats.label_rate == pytest.approx(1 / 3)
+    assert stats.candidates_mean == pytest.approx(9 / 5)
+    empty = traffic_stats(
+        Requests.from_lists([], [], [], []),
+        Impressions.from_lists([], Requests.from_lists([], [], [], []), [], [], []),
+    )
+    assert empty.requests == 0
