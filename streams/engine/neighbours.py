@@ -1,0 +1,170 @@
+"""Similar users for the neighbour tier: a cosine KNN index over a user representation that
+exists even for users without FM embeddings.
+
+Representation: the mean of *item vectors* (from the model bundle) of the candidates the user was
+recently shown, as an exponential moving average over their requests. The same representation
+can be built at ranking time from the request's own candidate list, so a user on their *first*
+request still finds neighbours (``neighbours_for_items``). The index holds only users that have a
+fresh aggregate, i.e. users whose embeddings can stand in for others.
+
+Search: exact (one matrix product) up to ``exact_max`` users, hnswlib (HNSW, cosine) above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from schemas.records import NeighbourList
+
+
+class ItemVectors(Protocol):
+    """Dense item vectors; unknown items map to zeros."""
+
+    dim: int
+
+    def lookup(self, item_ids: np.ndarray) -> np.ndarray:
+        """float32 ``[n, dim]`` for int64 ``[n]``."""
+        ...
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+class UserRepresentations:
+    """Per-user EMA of mean candidate item vectors (``alpha`` = weight of the newest request)."""
+
+    def __init__(self, items: ItemVectors, alpha: float = 0.5) -> None:
+        self.items = items
+        self.alpha = alpha
+        self._vec: dict[int, np.ndarray] = {}
+        self._seen_at: dict[int, int] = {}
+
+    def of_items(self, item_ids: Sequence[int]) -> np.ndarray:
+        """Unit-norm mean item vector of ``item_ids`` (zeros if none known)."""
+        if not len(item_ids):
+            return np.zeros(self.items.dim, np.float32)
+        vecs = self.items.lookup(np.asarray(item_ids, np.int64))
+        return _normalise(vecs.mean(axis=0))
+
+    def observe(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> None:
+        new = self.of_items(item_ids)
+        old = self._vec.get(user_id)
+        self._vec[user_id] = (
+            new if old is None else _normalise((1 - self.alpha) * old + self.alpha * new)
+        )
+        self._seen_at[user_id] = event_time_ms
+
+    def has(self, user_id: int) -> bool:
+        return user_id in self._vec
+
+    def active_since(self, since_ms: int) -> list[int]:
+        return [u for u, t in self._seen_at.items() if t >= since_ms]
+
+    def get(self, user_ids: Sequence[int]) -> np.ndarray:
+        return (
+            np.stack([self._vec[u] for u in user_ids])
+            if user_ids
+            else np.zeros((0, self.items.dim), np.float32)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NeighbourConfig:
+    k: int = 8
+    min_similarity: float = 0.0
+    exact_max: int = 5_000
+    #: rebuild the index and lists every this much event time
+    interval_ms: int = 10 * 60_000
+
+
+class NeighbourIndex:
+    """Cosine KNN over a fixed set of users; rebuilt (not updated) on each refresh."""
+
+    def __init__(
+        self,
+        user_ids: Sequence[int],
+        vectors: np.ndarray,
+        reps: UserRepresentations,
+        config: NeighbourConfig,
+    ) -> None:
+        self.config = config
+        self.reps = reps
+        self.user_ids = np.asarray(user_ids, np.int64)
+        self._vectors = _normalise(np.asarray(vectors, np.float32))
+        self._hnsw = None
+        if len(self.user_ids) > config.exact_max:
+            import hnswlib
+
+            index = hnswlib.Index(space="cosine", dim=self._vectors.shape[1])
+            index.init_index(
+                max_elements=len(self.user_ids), ef_construction=100, M=16, random_seed=7
+            )
+            index.add_items(self._vectors, np.arange(len(self.user_ids)))
+            index.set_ef(max(64, 4 * config.k))
+            self._hnsw = index
+
+    def __len__(self) -> int:
+        return len(self.user_ids)
+
+    def query(
+        self, vectors: np.ndarray, k: int, exclude: Sequence[int] = ()
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row: ``(user_ids, cosine similarities)`` best first, excluding ``exclude[i]``."""
+        if len(self.user_ids) == 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(vectors))]
+        q = _normalise(np.asarray(vectors, np.float32))
+        kk = min(k + 1, len(self.user_ids))
+        if self._hnsw is not None:
+            labels, dist = self._hnsw.knn_query(q, k=kk)
+            sims = 1.0 - dist
+        else:
+            all_sims = q @ self._vectors.T
+            if kk < all_sims.shape[1]:
+                top = np.argpartition(-all_sims, kk - 1, axis=1)[:, :kk]
+            else:
+                top = np.broadcast_to(np.arange(all_sims.shape[1]), all_sims.shape)
+            top_sims = np.take_along_axis(all_sims, top, axis=1)
+            order = np.argsort(-top_sims, axis=1, kind="stable")
+            labels = np.take_along_axis(top, order, axis=1)
+            sims = np.take_along_axis(top_sims, order, axis=1)
+        out = []
+        for row, (lab, sim) in enumerate(zip(labels, sims, strict=True)):
+            ids = self.user_ids[lab]
+            keep = sim > self.config.min_similarity
+            if row < len(exclude):
+                keep &= ids != exclude[row]
+            out.append((ids[keep][:k], sim[keep][:k].astype(np.float32)))
+        return out
+
+    def neighbours_for_items(
+        self, item_ids: Sequence[int], k: int, exclude_user: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Cold start: neighbours of the representation of ``item_ids`` (a request's candidates)."""
+        return self.query(self.reps.of_items(item_ids)[None, :], k, [exclude_user])[0]
+
+    def lists_for(self, user_ids: Sequence[int], event_time_ms: int) -> list[NeighbourList]:
+        """Neighbour lists for ``user_ids`` (which need not be in the index)."""
+        if not user_ids:
+            return []
+        results = self.query(self.reps.get(user_ids), self.config.k, user_ids)
+        return [
+            NeighbourList(
+                int(u), event_time_ms, tuple(int(i) for i in ids), tuple(float(w) for w in ws)
+            )
+            for u, (ids, ws) in zip(user_ids, results, strict=True)
+            if len(ids)
+        ]
+
+
+def build_index(
+    reps: UserRepresentations, indexed_users: Sequence[int], config: NeighbourConfig
+) -> NeighbourIndex:
+    """An index over ``indexed_users`` that have a representation."""
+    users = [u for u in indexed_users if reps.has(u)]
+    return NeighbourIndex(users, reps.get(users), reps, config)

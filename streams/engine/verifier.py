@@ -1,0 +1,104 @@
+"""Verification: the current VM scores proposals; only high-relevance pairs go on to the FM.
+
+A pair passes when its score is >= ``threshold`` (if set) and it is within the request's best
+``top_k`` (if set) and best ``top_fraction`` of its candidates (if set). Scoring is batched across
+requests (one VM call per batch); selection stays per request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+
+from schemas.records import PairProposal
+
+
+class PairScorer(Protocol):
+    """The verifier model (``vm`` ONNX). Blocking, pure, batched."""
+
+    def score(
+        self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
+    ) -> np.ndarray:
+        """Probabilities float32 ``[B]`` for int64 ``[B]`` inputs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierConfig:
+    threshold: float | None = None
+    top_k: int | None = None
+    top_fraction: float | None = 0.5
+
+    def keep_count(self, n: int) -> int:
+        keep = n
+        if self.top_k is not None:
+            keep = min(keep, self.top_k)
+        if self.top_fraction is not None:
+            keep = min(keep, math.ceil(self.top_fraction * n))
+        return keep
+
+
+@dataclass(slots=True)
+class VerifierStats:
+    scored: int = 0
+    kept: int = 0
+    dropped_threshold: int = 0
+    dropped_rank: int = 0
+
+    @property
+    def drop_rate(self) -> float:
+        return 1.0 - self.kept / self.scored if self.scored else 0.0
+
+
+class Verifier:
+    """Scores and filters proposals; kept proposals carry their score."""
+
+    def __init__(self, scorer: PairScorer, config: VerifierConfig) -> None:
+        self.scorer = scorer
+        self.config = config
+        self.stats = VerifierStats()
+
+    def verify_many(
+        self,
+        groups: Sequence[Sequence[PairProposal]],
+        candidate_counts: Sequence[int] | None = None,
+    ) -> list[list[PairProposal]]:
+        """Verify several requests' proposals with one model call.
+
+        ``candidate_counts`` (per group) is the base of ``top_fraction``; default the group size.
+        """
+        flat = [p for g in groups for p in g]
+        if not flat:
+            return [[] for _ in groups]
+        scores = self.scorer.score(
+            np.fromiter((p.user_id for p in flat), np.int64, len(flat)),
+            np.fromiter((p.item_id for p in flat), np.int64, len(flat)),
+            np.fromiter((p.event_time_ms for p in flat), np.int64, len(flat)),
+        )
+        self.stats.scored += len(flat)
+        out: list[list[PairProposal]] = []
+        offset = 0
+        for gi, group in enumerate(groups):
+            s = scores[offset : offset + len(group)]
+            offset += len(group)
+            base = len(group) if candidate_counts is None else candidate_counts[gi]
+            out.append(self._select(group, s, base))
+        return out
+
+    def _select(
+        self, group: Sequence[PairProposal], scores: np.ndarray, base: int
+    ) -> list[PairProposal]:
+        cfg = self.config
+        order = np.argsort(-scores, kind="stable")
+        if cfg.threshold is not None:
+            passing = order[scores[order] >= cfg.threshold]
+            self.stats.dropped_threshold += len(order) - len(passing)
+            order = passing
+        keep = min(len(order), cfg.keep_count(base))
+        self.stats.dropped_rank += len(order) - keep
+        self.stats.kept += keep
+        return [replace(group[i], score=float(scores[i])) for i in sorted(order[:keep])]

@@ -1,0 +1,1 @@
+"""Offline driver of the engine: replays recorded traffic in-process, in event-time order."""

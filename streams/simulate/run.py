@@ -1,0 +1,78 @@
+"""One ``solaris simulate`` run: the pipeline as configured, the oracle, and a random baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from schemas.records import ImpressionEvent, RequestEvent
+from streams.engine.speculator import SpeculatorConfig
+from streams.simulate.baselines import NullFM, RandomScorer
+from streams.simulate.config import SimConfig
+from streams.simulate.report import combine, run_summary
+from streams.simulate.simulator import SimModels, Simulator
+
+log = logging.getLogger(__name__)
+Events = Callable[[], Iterable[RequestEvent | ImpressionEvent]]
+Progress = Callable[[str, int], None]
+
+
+def oracle_config(config: SimConfig) -> SimConfig:
+    """Every candidate of every earlier request embedded: no verifier, no budget, no dedupe."""
+    spec = SpeculatorConfig(strategies=("candidates",), budget=0, refresh_after_ms=0)
+    return dataclasses.replace(config, speculator=spec, verify=False, test_start_ms=None)
+
+
+def _run(
+    name: str, events: Events, config: SimConfig, models: SimModels, progress: Progress | None
+) -> Simulator:
+    sim = Simulator(config, models)
+    sim.run(events(), (lambda n: progress(name, n)) if progress else None)
+    log.info("simulation run done", extra={"run": name, "requests": sim.requests})
+    return sim
+
+
+def simulate(
+    events: Events,
+    config: SimConfig,
+    models: SimModels,
+    *,
+    with_random: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run achieved + oracle (+ random) and return the report dict (see :mod:`.report`)."""
+    achieved = _run("speculative", events, config, models, progress)
+    null = NullFM(config.reader.dim)
+    oracle = _run(
+        "oracle", events, oracle_config(config), SimModels(null, items=models.items), progress
+    )
+    random = None
+    if with_random and config.verify and models.vm is not None:
+        cfg = dataclasses.replace(config, test_start_ms=None)
+        random = run_summary(
+            _run(
+                "random",
+                events,
+                cfg,
+                SimModels(null, RandomScorer(7), items=models.items),
+                progress,
+            )
+        )
+    candidates = oracle.coverage.total / max(oracle.requests, 1)
+    report = combine(run_summary(achieved), run_summary(oracle), candidates, random)
+    if (
+        achieved.eval is not None
+        and len(achieved.eval)
+        and models.vm is not None
+        and models.solaris is not None
+    ):
+        ne = achieved.eval.score(models.vm, models.fm, models.solaris)
+        report["ne"] = ne
+        gap = ne["vm"]["ne"] - ne["fm"]["ne"]
+        report["transfer_ratio_at_achieved"] = (
+            (ne["vm"]["ne"] - ne["vm_solaris_achieved"]["ne"]) / gap if gap else 0.0
+        )
+        report["eval_impressions"] = len(achieved.eval)
+    return report

@@ -1,0 +1,182 @@
+"""The offline simulator: every engine step in-process, over recorded traffic in event-time order.
+
+Per request (at event time t): neighbour refresh when due -> the ranker's lookup (before anything
+this request causes, so a request never serves itself) -> speculate -> verify -> embed with the
+history known before t -> write pairs -> update the user's aggregate. Per impression: history,
+look-ahead counts, labelled coverage, and (test period) evaluation rows.
+
+The store is in-memory with an *event-time* clock by default, or any FeatureStore (e.g. Redis).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.records import ImpressionEvent, RequestEvent
+from store.memory import InMemoryStore
+from store.protocol import FeatureStore
+from store.reader import FeatureReader
+from streams.engine.aggregator import AggregateState, RollingAggregator
+from streams.engine.embedder import Embedder, EmbeddingModel
+from streams.engine.history import HistoryBook
+from streams.engine.ledger import record
+from streams.engine.lookahead import Lookahead
+from streams.engine.neighbours import ItemVectors, UserRepresentations, build_index
+from streams.engine.ranker import SolarisScorer, rank
+from streams.engine.speculator import Speculator
+from streams.engine.verifier import PairScorer, Verifier
+from streams.simulate.config import SimConfig
+from streams.simulate.coverage import CoverageCounter, SpeculationLedger
+from streams.simulate.evaluation import EvalRows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SimModels:
+    """The models a run needs; ``vm``/``solaris``/``items`` may be None (then that step is off)."""
+
+    fm: EmbeddingModel
+    vm: PairScorer | None = None
+    solaris: SolarisScorer | None = None
+    items: ItemVectors | None = None
+
+
+class Simulator:
+    """Feed events with :meth:`run`; read results from the counters or :meth:`summary`."""
+
+    def __init__(
+        self, config: SimConfig, models: SimModels, store: FeatureStore | None = None
+    ) -> None:
+        self.config = config
+        self.models = models
+        self.now_ms = 0
+        self.store = store if store is not None else InMemoryStore(clock_ms=lambda: self.now_ms)
+        self.reader = FeatureReader(self.store, config.reader)
+        self.history = HistoryBook(capacity=2 * config.history_len)
+        lookahead = Lookahead() if "lookahead" in config.speculator.strategies else None
+        self.lookahead = lookahead
+        self.speculator = Speculator(config.speculator, lookahead)
+        self.verifier = (
+            Verifier(models.vm, config.verifier) if config.verify and models.vm else None
+        )
+        self.embedder = Embedder(models.fm)
+        self.aggregator = RollingAggregator(config.aggregate_window_ms, config.aggregate_bucket_ms)
+        self.reps = (
+            UserRepresentations(models.items) if config.use_neighbours and models.items else None
+        )
+        self.ledgers: dict[int, dict[int, int]] = {}
+        self.agg_states: dict[int, AggregateState] = {}
+        self.agg_newest: dict[int, int] = {}
+        self.last_refresh_ms: int | None = None
+        self.requests = 0
+        self.coverage = CoverageCounter()
+        self.labelled = CoverageCounter()
+        self.speculation = SpeculationLedger()
+        self.eval = EvalRows(config.reader.dim) if config.test_start_ms is not None else None
+        self.read_ms: list[float] = []
+        self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}
+
+    def run(
+        self,
+        events: Iterable[RequestEvent | ImpressionEvent],
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Process ``events`` (event-time order); ``progress`` is called with events done so far."""
+        for n, event in enumerate(events, 1):
+            if isinstance(event, RequestEvent):
+                self.on_request(event)
+            else:
+                self.on_impression(event)
+            if progress is not None and n % 2048 == 0:
+                progress(n)
+                self._prune_pending()
+
+    def on_request(self, r: RequestEvent) -> None:
+        cfg = self.config
+        t, u = r.event_time_ms, r.user_id
+        if t < self.now_ms:
+            raise ValueError(f"events out of event-time order at request {r.request_id}")
+        self.now_ms = t
+        self.requests += 1
+        self._maybe_refresh_neighbours(t)
+        res = rank(r, self.reader)
+        self.read_ms.append(res.read_ms)
+        self.coverage.add(res.tiers)
+        self.speculation.on_served(u, res.item_ids, res.ages_ms, res.tiers, t)
+        position = {int(item): j for j, item in enumerate(r.candidates)}
+        keep_vectors = self.eval is not None and t >= (cfg.test_start_ms or 0)
+        self._pending[r.request_id] = (
+            t,
+            position,
+            res.tiers,
+            res.vectors if keep_vectors else np.zeros(0),
+        )
+
+        ledger = self.ledgers.setdefault(u, {})
+        recent_positive = [e[0] for e in self.history.entries(u) if e[1]][-5:]
+        proposals = self.speculator.propose(r, ledger, recent_positive)
+        if self.verifier is not None and proposals:
+            proposals = self.verifier.verify_many([proposals], [len(r.candidates)])[0]
+        record(ledger, (p.item_id for p in proposals), t, cfg.pair_ttl_ms)
+        if proposals:
+            hist = self.history.before(u, t, cfg.history_len)
+            embeddings = self.embedder.embed(proposals, [hist] * len(proposals))
+            self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
+            self.speculation.on_embedded(len(embeddings))
+            aggregate = self.aggregator.add(
+                self.agg_states.setdefault(u, AggregateState()), embeddings
+            )
+            if aggregate is not None:
+                self.store.write_aggregates([aggregate], cfg.reader.aggregate_ttl_ms)
+                self.agg_newest[u] = aggregate.event_time_ms
+        if self.reps is not None:
+            self.reps.observe(u, r.candidates, t)
+
+    def on_impression(self, imp: ImpressionEvent) -> None:
+        u = imp.user_id
+        if self.lookahead is not None:
+            recent = [(e[0], e[2]) for e in self.history.entries(u) if e[1]][-5:]
+            self.lookahead.observe(recent, imp.item_id, imp.label, imp.event_time_ms)
+        self.history.add(u, imp.item_id, imp.label, imp.event_time_ms)
+        pending = self._pending.get(imp.request_id)
+        if pending is None:
+            return
+        t, position, tiers, vectors = pending
+        j = position.get(imp.item_id)
+        if j is None:
+            return
+        self.labelled.add(tiers[j : j + 1])
+        if self.eval is not None and len(vectors):
+            hist = self.history.before(u, t, self.config.history_len)
+            self.eval.add(u, imp.item_id, t, imp.label, int(tiers[j]), vectors[j], hist)
+
+    def _maybe_refresh_neighbours(self, t: int) -> None:
+        cfg = self.config
+        if self.reps is None or (
+            self.last_refresh_ms is not None
+            and t - self.last_refresh_ms < cfg.neighbours.interval_ms
+        ):
+            return
+        # Lists are (re)written for users active since the previous refresh: older lists stay
+        # valid for the neighbour TTL, and users not seen for a while use the cold-start query.
+        since = (
+            self.last_refresh_ms
+            if self.last_refresh_ms is not None
+            else t - cfg.reader.neighbour_ttl_ms
+        )
+        self.last_refresh_ms = t
+        fresh = [u for u, tn in self.agg_newest.items() if t - tn <= cfg.reader.aggregate_ttl_ms]
+        index = build_index(self.reps, fresh, cfg.neighbours)
+        active = self.reps.active_since(since)
+        self.store.write_neighbours(index.lists_for(active, t), cfg.reader.neighbour_ttl_ms)
+        self.reader.cold_start = index
+
+    def _prune_pending(self) -> None:
+        horizon = self.now_ms - 3_600_000
+        for rid in [rid for rid, p in self._pending.items() if p[0] < horizon]:
+            del self._pending[rid]

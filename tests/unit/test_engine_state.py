@@ -1,0 +1,99 @@
+"""History, ledger, micro-batcher and rolling aggregator: pure engine state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schemas.records import PairEmbedding
+from streams.engine.aggregator import AggregateState, RollingAggregator
+from streams.engine.batcher import MicroBatcher
+from streams.engine.history import HistoryBook, add_interaction, history_before
+from streams.engine.ledger import is_fresh, record
+
+T0 = 1_700_000_000_000
+H = 3_600_000
+
+
+def test_history_is_strictly_before_and_capped() -> None:
+    book = HistoryBook(capacity=3)
+    for k, t in enumerate([T0, T0 + 10, T0 + 10, T0 + 20, T0 + 30]):
+        book.add(1, 100 + k, k % 2, t)
+    h = book.before(1, T0 + 20, length=5)
+    assert h.items.tolist() == [102]  # capacity 3 keeps 102..104; T0+20 and later excluded
+    assert h.labels.dtype == np.int8 and h.times_ms.tolist() == [T0 + 10]
+    assert len(book.before(1, T0, 5)) == 0 and len(book.before(2, T0 + 99, 5)) == 0
+
+
+def test_history_orders_late_arrivals_and_ignores_duplicates() -> None:
+    entries: list[tuple[int, int, int]] = []
+    for item, t in [(1, 30), (2, 10), (3, 20), (2, 10)]:
+        add_interaction(entries, item, 0, T0 + t, capacity=10)
+    assert [e[0] for e in entries] == [2, 3, 1]
+    assert history_before(entries, T0 + 25, 1).items.tolist() == [3]
+
+
+def test_ledger_freshness_and_pruning() -> None:
+    ledger: dict[int, int] = {}
+    record(ledger, [1, 2], T0, ttl_ms=4 * H)
+    assert is_fresh(ledger, 1, T0 + H, refresh_after_ms=2 * H)
+    assert not is_fresh(ledger, 1, T0 + 2 * H, refresh_after_ms=2 * H)
+    assert not is_fresh(ledger, 3, T0, refresh_after_ms=2 * H)
+    record(ledger, [3], T0 + 5 * H, ttl_ms=4 * H)
+    assert ledger == {3: T0 + 5 * H}
+
+
+def test_batcher_flushes_on_size() -> None:
+    b: MicroBatcher[int] = MicroBatcher(max_size=3, max_wait_ms=1000)
+    assert b.add(1, 0) == [] and b.add(2, 1) == []
+    assert b.add(3, 2) == [[1, 2, 3]]
+    assert len(b) == 0
+
+
+def test_batcher_flushes_on_wait() -> None:
+    b: MicroBatcher[int] = MicroBatcher(max_size=100, max_wait_ms=50)
+    b.add(1, 1000)
+    b.add(2, 1040)
+    assert b.poll(1049) is None
+    assert b.poll(1050) == [1, 2]
+    assert b.poll(5000) is None and b.flush() == []
+
+
+def test_batcher_rejects_bad_size() -> None:
+    with pytest.raises(ValueError, match="max_size"):
+        MicroBatcher(max_size=0, max_wait_ms=1)
+
+
+def emb(item: int, t: int, x: float) -> PairEmbedding:
+    return PairEmbedding.from_array(1, item, t, "fm", np.full(4, x, np.float32))
+
+
+def test_aggregate_is_mean_over_24h_of_event_time() -> None:
+    agg = RollingAggregator(window_ms=24 * H, bucket_ms=H)
+    state = AggregateState()
+    first = agg.add(state, [emb(1, T0, 1.0), emb(2, T0 + 10, 3.0)])
+    assert first is not None and first.count == 2
+    np.testing.assert_allclose(first.array(), 2.0)
+    # 23 h later both are still inside the window
+    mid = agg.add(state, [emb(3, T0 + 23 * H, 5.0)])
+    assert mid is not None and mid.count == 3
+    # 26 h after T0 the first bucket is evicted by event time
+    late = agg.add(state, [emb(4, T0 + 26 * H, 7.0)])
+    assert late is not None and late.count == 2 and late.event_time_ms == T0 + 26 * H
+    np.testing.assert_allclose(late.array(), 6.0)
+
+
+def test_aggregate_ignores_redelivered_embeddings_and_round_trips_json() -> None:
+    agg = RollingAggregator()
+    state = AggregateState()
+    agg.add(state, [emb(1, T0, 1.0)])
+    assert agg.add(state, [emb(1, T0, 1.0)]) is None
+    restored = AggregateState.from_json(state.to_json())
+    again = agg.add(restored, [emb(2, T0 + 1, 3.0)])
+    assert again is not None and again.count == 2
+    np.testing.assert_allclose(again.array(), 2.0)
+
+
+def test_aggregator_rejects_misaligned_window() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        RollingAggregator(window_ms=90, bucket_ms=60)

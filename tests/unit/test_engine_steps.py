@@ -1,0 +1,125 @@
+"""Speculator, verifier, embedder, neighbours: pure engine steps with stand-in models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schemas.records import PairProposal, RequestEvent
+from streams.engine.embedder import Embedder
+from streams.engine.history import UserHistory
+from streams.engine.lookahead import DecayedCounter, Lookahead
+from streams.engine.neighbours import NeighbourConfig, NeighbourIndex, UserRepresentations
+from streams.engine.speculator import Speculator, SpeculatorConfig
+from streams.engine.verifier import Verifier, VerifierConfig
+from tests.fakes import FakeFM, FakeItems
+
+T0 = 1_700_000_000_000
+H = 3_600_000
+
+
+def req(cands: tuple[int, ...], t: int = T0, user: int = 1) -> RequestEvent:
+    return RequestEvent(f"r{t}", user, t, "feed", cands)
+
+
+def test_speculator_skips_fresh_pairs_and_caps_budget() -> None:
+    spec = Speculator(SpeculatorConfig(budget=2, refresh_after_ms=H))
+    ledger = {10: T0 - 10}
+    out = spec.propose(req((10, 11, 12, 13)), ledger)
+    assert [p.item_id for p in out] == [11, 12]
+    assert all(
+        p.score is None and p.strategy == "candidates" and p.event_time_ms == T0 for p in out
+    )
+    assert spec.stats.skipped_fresh == 1 and spec.stats.over_budget == 1
+
+
+def test_speculator_rejects_unknown_strategy() -> None:
+    with pytest.raises(ValueError, match="unknown speculation"):
+        SpeculatorConfig(strategies=("magic",))
+
+
+def test_lookahead_proposes_covisited_then_trending() -> None:
+    la = Lookahead()
+    la.observe([], 1, 1, T0)
+    la.observe([(1, T0)], 2, 1, T0 + 10)  # 1 and 2 co-visited
+    for _ in range(3):
+        la.observe([], 9, 0, T0 + 20)  # 9 trending
+    spec = Speculator(
+        SpeculatorConfig(strategies=("candidates", "lookahead"), lookahead_items=2), la
+    )
+    out = spec.propose(req((5,), T0 + 30), {}, recent_positive_items=[1])
+    assert [(p.item_id, p.strategy) for p in out] == [
+        (5, "candidates"),
+        (2, "lookahead"),
+        (9, "lookahead"),
+    ]
+
+
+def test_decayed_counter_survives_long_spans() -> None:
+    c = DecayedCounter(half_life_ms=H)
+    c.add(1, T0)
+    c.add(2, T0 + 10_000 * H)  # would overflow without rebasing
+    assert c.top(1) == [2]
+
+
+class _Scores:
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = np.asarray(scores, np.float32)
+
+    def score(self, u: np.ndarray, i: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return self.scores[: len(u)]
+
+
+def props(n: int) -> list[PairProposal]:
+    return [PairProposal("r", 1, 100 + k, T0, "candidates") for k in range(n)]
+
+
+def test_verifier_top_fraction_keeps_best_in_original_order() -> None:
+    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5))
+    kept = v.verify_many([props(4)])[0]
+    assert [p.item_id for p in kept] == [101, 103]
+    assert kept[0].score == pytest.approx(0.9)
+    assert v.stats.kept == 2 and v.stats.dropped_rank == 2 and v.stats.drop_rate == 0.5
+
+
+def test_verifier_threshold_and_top_k_across_groups() -> None:
+    v = Verifier(
+        _Scores([0.9, 0.2, 0.8, 0.7, 0.6]),
+        VerifierConfig(threshold=0.5, top_k=1, top_fraction=None),
+    )
+    a, b = v.verify_many([props(2), props(3)])
+    assert [p.item_id for p in a] == [100] and [p.item_id for p in b] == [100]
+    assert v.stats.dropped_threshold == 1 and v.stats.dropped_rank == 2
+
+
+def test_embedder_builds_float16_records() -> None:
+    fm = FakeFM(dim=8)
+    out = Embedder(fm).embed(props(3), [UserHistory.empty()] * 3)
+    assert [e.item_id for e in out] == [100, 101, 102]
+    assert (
+        out[0].dtype == "FLOAT16" and out[0].dim == 8 and out[0].model_version == fm.model_version
+    )
+    with pytest.raises(ValueError, match="histories"):
+        Embedder(fm).embed(props(2), [])
+
+
+def test_neighbour_index_exact_and_hnsw_agree() -> None:
+    items = FakeItems(dim=8)
+    reps = UserRepresentations(items)
+    rng = np.random.default_rng(0)
+    for u in range(300):
+        reps.observe(u, rng.integers(0, 50, size=10).tolist(), T0)
+    users = list(range(300))
+    exact = NeighbourIndex(users, reps.get(users), reps, NeighbourConfig(k=5, exact_max=10_000))
+    ann = NeighbourIndex(users, reps.get(users), reps, NeighbourConfig(k=5, exact_max=10))
+    q = reps.get([0, 1, 2])
+    for (ids_e, w_e), (ids_a, _) in zip(
+        exact.query(q, 5, [0, 1, 2]), ann.query(q, 5, [0, 1, 2]), strict=True
+    ):
+        assert len(set(ids_e) & set(ids_a)) >= 4
+        assert np.all(np.diff(w_e) <= 1e-6)  # best first
+    assert 0 not in exact.query(q, 5, [0, 1, 2])[0][0]
+    lists = exact.lists_for([0, 1], T0)
+    assert [nl.user_id for nl in lists] == [0, 1] and len(lists[0].neighbours) == 5
+    ids, w = exact.neighbours_for_items([1, 2, 3], 3, exclude_user=-1)
+    assert len(ids) == 3 and np.all(w > 0)

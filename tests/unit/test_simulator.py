@@ -1,0 +1,116 @@
+"""The offline simulator on small synthetic traffic with stand-in models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from models.data.columns import iter_events
+from models.data.synthetic import SyntheticConfig, generate
+from schemas.records import ImpressionEvent, RequestEvent
+from store.reader import ReaderConfig
+from store.tiers import Tier
+from streams.engine.speculator import SpeculatorConfig
+from streams.engine.verifier import VerifierConfig
+from streams.simulate.config import SimConfig
+from streams.simulate.run import simulate
+from streams.simulate.simulator import SimModels, Simulator
+from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
+
+DIM = 8
+
+
+@pytest.fixture(scope="module")
+def events() -> list[RequestEvent | ImpressionEvent]:
+    traffic = generate(SyntheticConfig(n_users=60, n_items=400, days=3.0, k=20, seed=3))
+    return list(iter_events(traffic.requests, traffic.impressions))
+
+
+def models() -> SimModels:
+    return SimModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
+
+
+def config(**kw: object) -> SimConfig:
+    return SimConfig(reader=ReaderConfig(dim=DIM), **kw)  # type: ignore[arg-type]
+
+
+def test_first_request_of_a_user_never_gets_its_own_embeddings(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    sim = Simulator(config(use_neighbours=False), models())
+    seen: set[int] = set()
+    for ev in events:
+        if isinstance(ev, RequestEvent) and ev.user_id not in seen:
+            seen.add(ev.user_id)
+            before = sim.coverage.counts.copy()
+            sim.on_request(ev)
+            delta = sim.coverage.counts - before
+            assert delta[Tier.EXACT] == 0 and delta[Tier.AGGREGATE] == 0
+        elif isinstance(ev, RequestEvent):
+            sim.on_request(ev)
+        else:
+            sim.on_impression(ev)
+    assert sim.coverage.counts[Tier.EXACT] > 0
+
+
+def test_verifier_budget_halves_fm_cost(events: list[RequestEvent | ImpressionEvent]) -> None:
+    full = Simulator(config(verify=False), models())
+    full.run(events)
+    half = Simulator(config(verifier=VerifierConfig(top_fraction=0.5)), models())
+    half.run(events)
+    assert half.speculation.embedded <= 0.5 * full.speculation.embedded + len(events)
+    assert half.verifier is not None and half.verifier.stats.drop_rate > 0.3
+    assert full.coverage.cumulative()["exact"] >= half.coverage.cumulative()["exact"]
+
+
+def test_out_of_order_events_are_refused(events: list[RequestEvent | ImpressionEvent]) -> None:
+    reqs = [e for e in events if isinstance(e, RequestEvent)]
+    sim = Simulator(config(), models())
+    sim.on_request(reqs[5])
+    with pytest.raises(ValueError, match="out of event-time order"):
+        sim.on_request(reqs[0])
+
+
+def test_simulate_report_shape_and_oracle_bound(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    t_mid = [e.event_time_ms for e in events][len(events) // 2]
+    cfg = config(
+        test_start_ms=t_mid, speculator=SpeculatorConfig(strategies=("candidates", "lookahead"))
+    )
+    report = simulate(lambda: events, cfg, models())
+    for key in (
+        "requests",
+        "lookups",
+        "coverage",
+        "cumulative",
+        "oracle",
+        "fm_pairs_per_request",
+        "fm_pairs_per_request_all_candidates",
+        "speculation_precision",
+        "speculation_efficiency",
+        "labelled",
+        "ne",
+        "transfer_ratio_at_achieved",
+        "random_same_budget",
+    ):
+        assert key in report, key
+    assert set(report["coverage"]) == {"exact", "aggregate", "neighbours", "missing"}
+    assert sum(report["coverage"].values()) == pytest.approx(1.0)
+    cum, oracle = report["cumulative"], report["oracle"]
+    assert cum["exact"] <= oracle["exact"] + 1e-9
+    assert cum["exact"] <= cum["with_aggregate"] <= cum["with_neighbours"] <= 1.0
+    assert 0 < report["speculation_precision"] <= 1
+    assert report["fm_pairs_per_request"] < report["fm_pairs_per_request_all_candidates"]
+    assert set(report["labelled"]["oracle"]) == {"exact", "with_aggregate", "with_neighbours"}
+    assert report["ne"]["vm"]["ne"] > 0
+
+
+def test_simulation_is_deterministic(events: list[RequestEvent | ImpressionEvent]) -> None:
+    cfg = dataclasses.replace(config(), use_neighbours=True)
+    a, b = Simulator(cfg, models()), Simulator(cfg, models())
+    a.run(events)
+    b.run(events)
+    assert a.coverage.counts.tolist() == b.coverage.counts.tolist()
+    assert a.speculation.embedded == b.speculation.embedded
