@@ -14,11 +14,13 @@ Real logs (MovieLens, Taobao) hold interactions, not ranking requests. The conve
    Retrieved items the user did not touch get **no** impression: their outcome is unknown (an
    unrated film is not a disliked one), so they are unlabelled candidates of the request.
 3. **Candidates** (up to ``k``) = the interacted items, then retrieved items that are neither
-   interacted in this request nor among the user's recent items: a ``covisit_share`` of the
-   free slots from co-visitation neighbours of the user's recent items, the rest drawn from the
-   time-decayed popular pool (weighted, without replacement), then more co-visitation neighbours
-   if the pool ran short. The list is then shuffled, so a position (the impression's
-   ``position`` = index in the candidate list) says nothing about whether an item was interacted.
+   interacted in this request nor among the user's recent items: up to a ``covisit_share`` of
+   the free slots from co-visitation neighbours of the user's recent items, an
+   ``explore_share`` drawn at random (seeded, weighted by popularity, without replacement) from
+   the popular pool, and the rest the top of the time-decayed popular pool (recomputed every
+   ``popular_refresh_s`` of event time); when a source runs short the others top up. The list
+   is then shuffled, so a position (the impression's ``position`` = index in the candidate
+   list) says nothing about whether an item was interacted.
 4. **No leakage.** Retrieval state (co-visitation counts, user histories, popularity) is fed
    only interactions with ``ts < t`` before the request at ``t`` is built; the request's own
    interacted items are the only thing it knows from ``[t, t + session_gap_s]``. Randomness is
@@ -79,8 +81,10 @@ class ConvertConfig:
     """Popular items sampled from: the top of the decayed-popularity ranking."""
     popularity_half_life_days: float = 7.0
     """Half-life of popularity counts (trending rather than all-time popular)."""
-    popular_refresh: int = 256
-    """Recompute the popular pool after this many new interactions."""
+    popular_refresh_s: float = 600.0
+    """The popular pool is recomputed at most every this many seconds of event time, like a
+    periodic trending job (and not after every event, which would make the tail of a sparse
+    log's popularity ranking reshuffle between a user's consecutive requests)."""
     seed: int = 0
     """Seeds each request's generator together with (user_id, request number)."""
 
@@ -97,7 +101,7 @@ class ConvertConfig:
             "max_neighbours": self.max_neighbours >= 1,
             "popular_pool": self.popular_pool >= 1,
             "popularity_half_life_days": self.popularity_half_life_days > 0,
-            "popular_refresh": self.popular_refresh >= 1,
+            "popular_refresh_s": self.popular_refresh_s > 0,
             "seed": self.seed >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
@@ -165,15 +169,15 @@ def _retrieve(
     free = config.k - len(interacted)
     n_cov = round(free * config.covisit_share)
     n_explore = round(free * config.explore_share)
-    # Ask for every free slot so leftovers can top up when another source runs short.
-    cov = covisit.retrieve(req.user, free, exclude)
+    cov = covisit.retrieve(req.user, free, exclude)  # every free slot: leftovers top up below
     chosen = cov[:n_cov]
     exclude.update(chosen)
-    top = popular.top(free - len(chosen), exclude)
-    chosen += top[: max(free - n_cov - n_explore, 0)]
+    top = popular.top(free, exclude)
+    n_top = max(free - len(chosen) - n_explore, 0)  # popular items fill what co-visitation can't
+    chosen += top[:n_top]
     exclude.update(chosen)
-    chosen += popular.sample(free - len(chosen), exclude, rng)
-    for extra in (cov[n_cov:], top):
+    chosen += popular.sample(min(n_explore, free - len(chosen)), exclude, rng)
+    for extra in (top[n_top:], cov[n_cov:]):  # a source ran short: top up from the others
         if len(chosen) < free:
             taken = set(chosen)
             chosen += [item for item in extra if item not in taken][: free - len(chosen)]
@@ -205,7 +209,7 @@ def convert(
         np.unique(log.item_id),
         half_life_ms(cfg.popularity_half_life_days),
         cfg.popular_pool,
-        cfg.popular_refresh,
+        max(round(cfg.popular_refresh_s * 1000), 1),
     )
     users, items, times = log.user_id.tolist(), log.item_id.tolist(), log.ts_ms.tolist()
     fed = 0
@@ -222,6 +226,7 @@ def convert(
             covisit.add(users[fed], items[fed])
             popular.add(items[fed], times[fed])
             fed += 1
+        popular.refresh_if_due(req.start_ms)
         candidates = _retrieve(req, cfg, covisit, popular)
         rid.append(f"{prefix}-{req.user}-{req.number}")
         ruser.append(req.user)

@@ -93,21 +93,27 @@ class CovisitIndex:
 
 
 class PopularityIndex:
-    """Exponentially time-decayed item popularity with a periodically refreshed top pool.
+    """Exponentially time-decayed item popularity with a periodically recomputed top pool.
 
     Each interaction adds ``2 ** ((ts - ref) / half_life)`` to its item; ranking by these sums
     equals ranking by decayed counts at any later time, with no per-item decay step. ``ref``
     moves forward (rescaling every score) before the weights could overflow.
+
+    The pool (the top ``pool`` items) is recomputed at most once per ``refresh_ms`` of event
+    time, like a periodic trending-items job: :meth:`refresh_if_due` at a request's time
+    recomputes it from what was fed so far when the request falls in a new period (or, while
+    the log is too young to fill the pool, at every request).
     """
 
-    def __init__(self, items: np.ndarray, half_life_ms: float, pool: int, refresh: int) -> None:
+    def __init__(self, items: np.ndarray, half_life_ms: float, pool: int, refresh_ms: int) -> None:
         self.items = items  # sorted unique item ids; index = position in this array
         self.score = np.zeros(items.shape[0], dtype=np.float64)
         self.half_life_ms = half_life_ms
         self.pool_size = pool
-        self.refresh = refresh
+        self.refresh_ms = refresh_ms
         self.ref_ms: int | None = None
         self.added_since_refresh = 0
+        self.pool_period: int | None = None
         self.pool_items = np.zeros(0, dtype=np.int64)
         self.pool_logw = np.zeros(0, dtype=np.float64)
 
@@ -135,23 +141,23 @@ class PopularityIndex:
         self.pool_logw = np.log(self.score[chosen] / self.score[chosen].max())
         self.added_since_refresh = 0
 
-    def _pool(self) -> np.ndarray:
-        """The current pool, recomputed once ``refresh`` interactions were added since the last
-        time (a deterministic function of the fed prefix)."""
-        if self.added_since_refresh >= self.refresh or (
-            self.pool_items.shape[0] == 0 and self.added_since_refresh > 0
-        ):
+    def refresh_if_due(self, now_ms: int) -> None:
+        """Recompute the pool if anything was fed since the last time and ``now_ms`` is in a new
+        refresh period or the pool is not full yet (cold start at the beginning of a log)."""
+        period = now_ms // self.refresh_ms
+        warming = self.pool_items.shape[0] < self.pool_size
+        if self.added_since_refresh > 0 and (period != self.pool_period or warming):
             self._refresh()
-        return self.pool_items
+            self.pool_period = period
 
     def top(self, n: int, exclude: set[int]) -> list[int]:
         """The ``n`` most popular pool items not in ``exclude``, most popular first."""
-        return _first_n(self._pool().tolist(), n, exclude)
+        return _first_n(self.pool_items.tolist(), n, exclude)
 
     def sample(self, n: int, exclude: set[int], rng: np.random.Generator) -> list[int]:
         """Up to ``n`` pool items drawn without replacement, weight ∝ decayed popularity
         (Gumbel-top-k)."""
-        pool = self._pool()
+        pool = self.pool_items
         if n <= 0 or pool.shape[0] == 0:
             return []
         u = rng.random(pool.shape[0])

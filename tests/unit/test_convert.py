@@ -121,6 +121,22 @@ def test_retrieval_uses_past_co_visitation() -> None:
     assert 100 not in last  # the user's own recent item is not retrieved again
 
 
+def test_popular_items_fill_what_co_visitation_cannot() -> None:
+    # Item i (1..40) is viewed 60 - i times by one heavy user; user 9 then opens a request with
+    # no history: free = 19 slots, 2 of them exploration, so the 17 most popular items must all
+    # be there.
+    rows = []
+    for i in range(1, 41):
+        rows += [(500 + j, i, (i * 100 + j) * S, 0) for j in range(60 - i)]
+    rows.append((9, 999, 10_000 * S, 1))
+    req, imp = convert(_log(rows), ConvertConfig(k=20, explore_share=0.1, popular_refresh_s=1.0))
+    [r] = np.flatnonzero(req.request_id == "t-9-0")
+    cands = req.candidates_of(r).tolist()
+    assert len(cands) == 20 and 999 in cands
+    assert set(range(1, 18)) <= set(cands)
+    assert imp.item_id[imp.request_index == r].tolist() == [999]
+
+
 @pytest.mark.parametrize("offset_ms", [0, 1])
 def test_interactions_at_or_after_t_are_invisible(offset_ms: int) -> None:
     # User 9 views 100, then opens a request at t with item 500. Other users co-visit 100 and
@@ -130,7 +146,7 @@ def test_interactions_at_or_after_t_are_invisible(offset_ms: int) -> None:
     crowd = [(u, item, t + offset_ms, 0) for u in range(20, 30) for item in (100, 200)]
     crowd += [(7, 300, t + offset_ms, 0) for _ in range(30)]
     base = [(9, 100, 0, 1), (9, 500, t, 1), (8, 600, 10 * S, 0)]
-    cfg = ConvertConfig(k=10, popular_refresh=1)
+    cfg = ConvertConfig(k=10, popular_refresh_s=0.001)
     for shift, visible in ((0, False), (-1 - offset_ms, True)):
         rows = base + [(u, i, ts + shift, y) for u, i, ts, y in crowd]
         req, _ = convert(_log(rows), cfg)
@@ -176,7 +192,7 @@ def _future_scrambled(
 @pytest.mark.parametrize("seed", [0, 1])
 def test_no_leakage_changing_the_future_leaves_the_request_unchanged(seed: int) -> None:
     log = _random_log(seed, n=1500, span_s=4 * 3600)  # dense: a row every ~10 s
-    cfg = ConvertConfig(k=25, seed=seed, popular_refresh=16)
+    cfg = ConvertConfig(k=25, seed=seed, popular_refresh_s=30.0)
     req, imp = convert(log, cfg)
     rng = np.random.default_rng(100 + seed)
     for r in rng.choice(np.arange(len(req) // 3, len(req)), 5, replace=False).tolist():
