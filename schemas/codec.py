@@ -15,7 +15,7 @@ import fastavro
 
 from schemas.errors import BadHeader, DecodeError, InvalidField, SchemaError, WrongRecordType
 from schemas.limits import Limits
-from schemas.records import NeighbourList, RequestEvent
+from schemas.records import EmbeddingBatch, NeighbourList, ProposalBatch, RequestEvent
 from schemas.registry import entry_for, parsed_schemas, wire_id_of
 from schemas.validation import validate
 
@@ -27,6 +27,15 @@ T = TypeVar("T")
 _TUPLE_FIELDS: dict[type, tuple[str, ...]] = {
     RequestEvent: ("candidates",),
     NeighbourList: ("neighbours", "weights"),
+    ProposalBatch: (
+        "item_ids",
+        "strategies",
+        "scores",
+        "history_items",
+        "history_labels",
+        "history_times_ms",
+    ),
+    EmbeddingBatch: ("item_ids",),
 }
 
 

@@ -17,3 +17,5 @@ class Limits:
     max_dim: int = 1_024
     max_neighbours: int = 256
     max_string_len: int = 256
+    max_lookahead: int = 256
+    max_history: int = 1_024

@@ -158,6 +158,59 @@ class DeadLetter:
     failed_at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ProposalBatch:
+    """One request's proposed (``scores`` empty) or verified pairs, with history when verified."""
+
+    SCHEMA: ClassVar[str] = "ProposalBatch"
+    request_id: str
+    user_id: int
+    event_time_ms: int
+    candidates: int
+    item_ids: tuple[int, ...]
+    strategies: tuple[str, ...]
+    scores: tuple[float, ...] = ()
+    history_items: tuple[int, ...] = ()
+    history_labels: tuple[int, ...] = ()
+    history_times_ms: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingBatch:
+    """The FM embeddings of one request's verified pairs; ``vectors`` is ``[n, dim]`` row-major."""
+
+    SCHEMA: ClassVar[str] = "EmbeddingBatch"
+    request_id: str
+    user_id: int
+    event_time_ms: int
+    model_version: str
+    dtype: str
+    dim: int
+    item_ids: tuple[int, ...]
+    vectors: bytes = field(repr=False)
+
+    def arrays(self) -> np.ndarray:
+        """float32 ``[n, dim]``."""
+        n = len(self.item_ids)
+        return from_bytes(self.vectors, VectorDtype(self.dtype), n * self.dim).reshape(n, self.dim)
+
+    def pairs(self) -> list[PairEmbedding]:
+        """One :class:`PairEmbedding` per item (vectors keep their dtype bytes)."""
+        width = self.dim * VectorDtype(self.dtype).numpy.itemsize
+        return [
+            PairEmbedding(
+                self.user_id,
+                item,
+                self.event_time_ms,
+                self.model_version,
+                self.dtype,
+                self.dim,
+                self.vectors[j * width : (j + 1) * width],
+            )
+            for j, item in enumerate(self.item_ids)
+        ]
+
+
 Record = (
     RequestEvent
     | ImpressionEvent

@@ -17,10 +17,12 @@ import fastavro
 from schemas.errors import UnknownSchema
 from schemas.records import (
     DeadLetter,
+    EmbeddingBatch,
     ImpressionEvent,
     NeighbourList,
     PairEmbedding,
     PairProposal,
+    ProposalBatch,
     RequestEvent,
     UserAggregate,
 )
@@ -47,6 +49,8 @@ ENTRIES: tuple[SchemaEntry, ...] = (
     SchemaEntry(5, UserAggregate, "user_aggregate.avsc"),
     SchemaEntry(6, NeighbourList, "neighbour_list.avsc"),
     SchemaEntry(7, DeadLetter, "dead_letter.avsc"),
+    SchemaEntry(8, ProposalBatch, "proposal_batch.avsc"),
+    SchemaEntry(9, EmbeddingBatch, "embedding_batch.avsc"),
 )
 
 

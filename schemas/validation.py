@@ -16,10 +16,12 @@ from schemas.errors import InvalidField
 from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS, Limits
 from schemas.records import (
     DeadLetter,
+    EmbeddingBatch,
     ImpressionEvent,
     NeighbourList,
     PairEmbedding,
     PairProposal,
+    ProposalBatch,
     RequestEvent,
     UserAggregate,
 )
@@ -128,6 +130,52 @@ def _neighbours(rec: NeighbourList, limits: Limits) -> None:
         raise _fail(rec, "weights", "must be finite")
 
 
+def _proposal_batch(rec: ProposalBatch, limits: Limits) -> None:
+    _check_str(rec, "request_id", limits)
+    _check_id(rec, "user_id")
+    _check_time(rec)
+    n = len(rec.item_ids)
+    if not 0 <= rec.candidates <= limits.max_candidates:
+        raise _fail(rec, "candidates", f"{rec.candidates} is outside [0, {limits.max_candidates}]")
+    if n > limits.max_candidates + limits.max_lookahead:
+        raise _fail(
+            rec, "item_ids", f"{n} items exceed {limits.max_candidates + limits.max_lookahead}"
+        )
+    if any(i < 0 for i in rec.item_ids):
+        raise _fail(rec, "item_ids", "item ids must be >= 0")
+    if len(rec.strategies) != n:
+        raise _fail(rec, "strategies", f"{len(rec.strategies)} strategies for {n} items")
+    if rec.scores and len(rec.scores) != n:
+        raise _fail(rec, "scores", f"{len(rec.scores)} scores for {n} items")
+    if not all(math.isfinite(s) for s in rec.scores):
+        raise _fail(rec, "scores", "must be finite (NaN or infinity found)")
+    h = len(rec.history_items)
+    if len(rec.history_labels) != h or len(rec.history_times_ms) != h:
+        raise _fail(rec, "history_labels", "history arrays differ in length")
+    if h > limits.max_history:
+        raise _fail(rec, "history_items", f"{h} entries exceed {limits.max_history}")
+    if any(t >= rec.event_time_ms for t in rec.history_times_ms):
+        raise _fail(rec, "history_times_ms", "history must be strictly before the event time")
+
+
+def _embedding_batch(rec: EmbeddingBatch, limits: Limits) -> None:
+    _check_str(rec, "request_id", limits)
+    _check_id(rec, "user_id")
+    _check_time(rec)
+    _check_str(rec, "model_version", limits)
+    if not 0 < rec.dim <= limits.max_dim:
+        raise _fail(rec, "dim", f"{rec.dim} is outside (0, {limits.max_dim}]")
+    try:
+        dtype = VectorDtype(rec.dtype)
+    except ValueError:
+        raise _fail(rec, "dtype", f"unknown dtype {rec.dtype!r}") from None
+    expected = len(rec.item_ids) * rec.dim * dtype.numpy.itemsize
+    if len(rec.vectors) != expected:
+        raise _fail(rec, "vectors", f"{len(rec.vectors)} bytes, expected {expected}")
+    if not np.isfinite(np.frombuffer(rec.vectors, dtype=dtype.numpy)).all():
+        raise _fail(rec, "vectors", "contains NaN or infinity")
+
+
 def _dead_letter(rec: DeadLetter, limits: Limits) -> None:
     del limits  # dead letters carry arbitrary text; they must never be rejected
 
@@ -140,6 +188,8 @@ VALIDATORS: dict[type, Callable[[Any, Limits], None]] = {
     UserAggregate: _aggregate,
     NeighbourList: _neighbours,
     DeadLetter: _dead_letter,
+    ProposalBatch: _proposal_batch,
+    EmbeddingBatch: _embedding_batch,
 }
 
 

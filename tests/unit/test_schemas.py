@@ -123,3 +123,49 @@ def test_float16_round_trip_precision() -> None:
     rec = PairEmbedding.from_array(1, 2, T0, "v", vec)
     np.testing.assert_allclose(rec.array(), vec, rtol=1e-3, atol=1e-3)
     assert len(rec.vector) == 128
+
+
+def test_batches_round_trip_and_split_into_pairs() -> None:
+    from schemas.records import EmbeddingBatch, ProposalBatch
+
+    prop = ProposalBatch(
+        "r", 1, T0, 3, (4, 5), ("candidates", "lookahead"), (0.5, 0.25), (9,), (1,), (T0 - 5,)
+    )
+    assert codec.decode(codec.encode(prop)) == prop
+    vecs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    batch = EmbeddingBatch("r", 1, T0, "fm", "FLOAT16", 4, (4, 5), vecs.astype("<f2").tobytes())
+    assert codec.decode(codec.encode(batch)) == batch
+    pairs = batch.pairs()
+    assert [p.item_id for p in pairs] == [4, 5]
+    np.testing.assert_array_equal(pairs[1].array(), vecs[1])
+    np.testing.assert_array_equal(batch.arrays(), vecs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"scores": (float("nan"), 0.1)}, "scores"),
+        ({"strategies": ("c",)}, "strategies"),
+        ({"history_times_ms": (T0,)}, "history_times_ms"),
+        ({"history_labels": ()}, "history_labels"),
+    ],
+)
+def test_proposal_batch_rules(kwargs: dict, field: str) -> None:
+    from schemas.records import ProposalBatch
+
+    base = {
+        "request_id": "r",
+        "user_id": 1,
+        "event_time_ms": T0,
+        "candidates": 2,
+        "item_ids": (1, 2),
+        "strategies": ("c", "c"),
+        "scores": (),
+        "history_items": (3,),
+        "history_labels": (0,),
+        "history_times_ms": (T0 - 1,),
+    }
+    base.update(kwargs)
+    with pytest.raises(InvalidField) as err:
+        codec.encode(ProposalBatch(**base))
+    assert err.value.field == field
