@@ -1,0 +1,212 @@
+"""One seed of the full offline experiment: FM on A, every VM variant on B, predictions on C.
+
+See ``models.split`` for the no-leakage scheme. Per seed:
+
+1. split by time; the FM item vocabulary is period A's items seen at least twice (rarer items
+   map to OOV, which trains the FM's OOV slot); train the FM.
+2. run the fixed FM over periods B and C at every lag Δ (history cut at t − Δ): pair
+   embeddings, logits, and the offline aggregate / neighbour tiers built from them.
+3. train the VM variants on B (tuned on B's tail; grid points of seed 0 are reused by later
+   seeds), ``vm_fm_logit`` and ``vm_solaris`` once per lag, each under its own lag.
+4. predict on C. Keys of ``SeedRun.test_probs``: ``fm``, ``vm``, ``vm_kd``, ``vm_solaris_kd``,
+   and ``<variant>@<lag>`` for ``vm_fm_logit``, ``vm_solaris``, ``vm_solaris_aggregate``,
+   ``vm_solaris_missing`` (lag names from ``models.config.lag_name``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from models.config import GridPoint, TrainConfig, lag_name
+from models.features import HistoryIndex, Vocab, context_features
+from models.fm import FoundationModel
+from models.offline_tiers import item_neighbour_mean, user_window_mean
+from models.split import TimeSplit, time_split
+from models.train import (
+    Examples,
+    FMHead,
+    Report,
+    VariantSpec,
+    VMData,
+    fm_batch_inputs,
+    predict_fm,
+    predict_vm,
+    train_fm,
+    tune_vm,
+)
+from models.vm import VerticalModel
+
+log = logging.getLogger(__name__)
+
+VM = VariantSpec("vm")
+VM_KD = VariantSpec("vm_kd", kd=True)
+VM_FM_LOGIT = VariantSpec("vm_fm_logit", fm_logit=True)
+VM_SOLARIS = VariantSpec("vm_solaris", embedding=True)
+VM_SOLARIS_KD = VariantSpec("vm_solaris_kd", embedding=True, kd=True)
+
+
+@dataclass(frozen=True)
+class Impressions:
+    """Labelled impressions, columnar (any order; sorted by time on construction)."""
+
+    user_id: np.ndarray  # int64 [N]
+    item_id: np.ndarray  # int64 [N]
+    event_time_ms: np.ndarray  # int64 [N]
+    label: np.ndarray  # int8 [N]
+
+    @classmethod
+    def from_columns(cls, cols: Any) -> Impressions:
+        """From part A's ``load_impressions`` view (attributes or mapping keys), time-sorted."""
+
+        def col(name: str) -> np.ndarray:
+            if isinstance(cols, Mapping):
+                return np.asarray(cols[name])
+            return np.asarray(getattr(cols, name))
+
+        t = col("event_time_ms").astype(np.int64)
+        order = np.argsort(t, kind="stable")
+        return cls(
+            col("user_id").astype(np.int64)[order], col("item_id").astype(np.int64)[order],
+            t[order], col("label").astype(np.int8)[order],
+        )
+
+    def examples(self) -> Examples:
+        return Examples(self.user_id, self.item_id, self.event_time_ms, self.label)
+
+
+@dataclass
+class SeedRun:
+    """Everything one seed produced (models kept for export)."""
+
+    seed: int
+    split: TimeSplit
+    test_probs: dict[str, np.ndarray]
+    tuned: dict[str, GridPoint]
+    fm: FoundationModel
+    fm_vocab: Vocab
+    user_vocab: Vocab
+    item_vocab: Vocab
+    vms: dict[str, VerticalModel]
+    seconds: dict[str, float] = field(default_factory=dict)
+    aggregate_share: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _LagViews:
+    logit: np.ndarray  # float32 [M] over B ∪ C rows
+    tiers: np.ndarray  # float32 [M, 3, d]
+    available: np.ndarray  # bool [M, 3]
+
+
+def _fm_vocab(items: np.ndarray) -> Vocab:
+    uniq, counts = np.unique(items, return_counts=True)
+    return Vocab(uniq[counts >= 2])
+
+
+def _lag_views(
+    cfg: TrainConfig, fm: FoundationModel, vocab: Vocab, index: HistoryIndex, ex: Examples,
+    lag_ms: int,
+) -> _LagViews:
+    lags = np.full(len(ex), lag_ms, dtype=np.int64)
+    emb, logit = predict_fm(fm, fm_batch_inputs(vocab, index, ex, lags, cfg.history_len))
+    agg, agg_n = user_window_mean(ex.user, ex.time_ms, emb, cfg.aggregate_window_ms)
+    nb, nb_n = item_neighbour_mean(
+        ex.user, ex.item, ex.time_ms, emb, cfg.aggregate_window_ms, cfg.neighbour_k
+    )
+    tiers = np.stack([emb, agg, nb], axis=1)
+    available = np.stack([np.ones(len(ex), bool), agg_n > 0, nb_n > 0], axis=1)
+    return _LagViews(logit, tiers, available)
+
+
+def run_seed(
+    imps: Impressions, cfg: TrainConfig, seed: int, tuned: dict[str, GridPoint] | None = None,
+    report: Report | None = None,
+) -> SeedRun:
+    """Train the FM and all VM variants for one seed; predict on the test period."""
+    say = report or (lambda msg: log.info("%s", msg))
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+    split = time_split(imps.event_time_ms, cfg.split, cfg.fm_valid_fraction, cfg.vm_valid_fraction)
+    ex = imps.examples()
+    index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
+    fm_vocab = _fm_vocab(imps.item_id[split.fm_train])
+    fm = train_fm(
+        cfg, fm_vocab, index, ex.take(split.fm_train), ex.take(split.fm_valid), seed, say
+    )
+    seconds["fm"] = time.perf_counter() - clock
+
+    rows = np.concatenate([split.vm_train, split.vm_valid, split.test])
+    n_tr, n_va = split.vm_train.shape[0], split.vm_valid.shape[0]
+    _sl_tr, _sl_va, sl_te = slice(0, n_tr), slice(n_tr, n_tr + n_va), slice(n_tr + n_va, None)
+    bc = ex.take(rows)
+    views = {lag: _lag_views(cfg, fm, fm_vocab, index, bc, lag) for lag in cfg.lags_ms}
+    teacher = views[0].logit if 0 in views else _lag_views(cfg, fm, fm_vocab, index, bc, 0).logit
+    probs: dict[str, np.ndarray] = {"fm": 1.0 / (1.0 + np.exp(-teacher[sl_te]))}
+
+    vm_rows = np.concatenate([split.vm_train, split.vm_valid])
+    user_vocab = Vocab.build(imps.user_id[vm_rows])
+    item_vocab = Vocab.build(imps.item_id[vm_rows])
+    base = VMData(
+        user_vocab.lookup(bc.user), item_vocab.lookup(bc.item), context_features(bc.time_ms),
+        bc.label, teacher_logit=teacher,
+    )
+    tuned = dict(tuned or {})
+    head = FMHead.of(fm)
+    vms: dict[str, VerticalModel] = {}
+
+    def fit(spec: VariantSpec, key: str, data: VMData) -> VerticalModel:
+        t0 = time.perf_counter()
+        model, gp = tune_vm(
+            spec, cfg, user_vocab.size, item_vocab.size, data.take(np.arange(n_tr)),
+            data.take(np.arange(n_tr, n_tr + n_va)), seed, tuned.get(key), head,
+        )
+        tuned[key] = gp
+        seconds[key] = time.perf_counter() - t0
+        say(f"seed {seed}: {key} trained in {seconds[key]:.1f}s ({gp})")
+        return model
+
+    test = base.take(np.arange(len(bc))[sl_te])
+    for spec in (VM, VM_KD):
+        vms[spec.name] = fit(spec, spec.name, base)
+        probs[spec.name] = predict_vm(vms[spec.name], spec, test, None)
+
+    aggregate_share: dict[str, float] = {}
+    n_test = len(test)
+    for lag, view in views.items():
+        name = lag_name(lag)
+        data = VMData(
+            base.user, base.item, base.context, base.label, view.logit, teacher, view.tiers,
+            view.available,
+        )
+        test = data.take(np.arange(len(bc))[sl_te])
+        m = fit(VM_FM_LOGIT, f"vm_fm_logit@{name}", data)
+        probs[f"vm_fm_logit@{name}"] = predict_vm(m, VM_FM_LOGIT, test, None)
+        specs = [VM_SOLARIS, VM_SOLARIS_KD] if lag == 0 else [VM_SOLARIS]
+        for spec in specs:
+            key = f"{spec.name}@{name}"
+            m = fit(spec, key, data)
+            if lag == cfg.serving_lag_ms and spec is VM_SOLARIS:
+                vms["vm_solaris"] = m
+            exact = np.zeros(n_test, np.int64)
+            probs[key] = predict_vm(m, spec, test, exact)
+            if spec is VM_SOLARIS:
+                has_agg = test.tier_available[:, 1] if test.tier_available is not None else None
+                agg_tier = np.where(has_agg, 1, 3).astype(np.int64)
+                probs[f"vm_solaris_aggregate@{name}"] = predict_vm(m, spec, test, agg_tier)
+                probs[f"vm_solaris_missing@{name}"] = predict_vm(
+                    m, spec, test, np.full(n_test, 3, np.int64)
+                )
+                aggregate_share[name] = float(np.mean(has_agg))
+    if "vm_solaris" not in vms:
+        raise ValueError(f"serving_lag_ms {cfg.serving_lag_ms} is not in lags_ms {cfg.lags_ms}")
+    seconds["total"] = time.perf_counter() - clock
+    return SeedRun(
+        seed, split, probs, tuned, fm, fm_vocab, user_vocab, item_vocab, vms, seconds,
+        aggregate_share,
+    )

@@ -1,0 +1,144 @@
+"""The foundation model (FM): a target-aware sequence model over the user's history.
+
+Architecture (DIN/HSTU-like, small enough for a 2-core CPU):
+
+1. Each history entry is a token ``item ⊕ label ⊕ time-gap`` (summed embeddings), so the FM
+   knows what the user engaged with, what they skipped, and how long ago.
+2. One self-attention block (pre-norm transformer layer) lets history entries see each other.
+3. **Target attention**: the target item queries the tokens (multi-head, masked); a learned
+   "null" token is always present so an empty history (a new user) is well defined and
+   exported graphs never divide by zero.
+4. **Lasting-taste summaries** that survive stale inputs (design §7): means of the positive and
+   of the negative history items, the smoothed positive rate and the log history length.
+5. An MLP trunk; its last shared layer (``d`` units, default 64) is the **interaction
+   embedding** shipped to the VMs; a linear CTR head on it gives the FM's logit.
+
+``forward`` returns ``(embedding [B, d], logit [B])`` — the two ONNX outputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from models.features import N_GAP_BUCKETS, N_LABEL_TOKENS
+
+FM_INPUTS = ("target_item", "hist_item", "hist_label", "hist_gap")
+FM_OUTPUTS = ("embedding", "logit")
+
+
+class FoundationModel(nn.Module):
+    """Target-aware history encoder + MLP trunk + CTR head."""
+
+    def __init__(
+        self,
+        n_items: int,
+        item_dim: int = 32,
+        hidden: int = 128,
+        dim: int = 64,
+        heads: int = 2,
+        dropout: float = 0.1,
+        self_attention: bool = True,
+    ) -> None:
+        super().__init__()
+        if item_dim % heads:
+            raise ValueError(f"item_dim {item_dim} must be divisible by heads {heads}")
+        self.heads = heads
+        self.item = nn.Embedding(n_items, item_dim, padding_idx=0)
+        self.label = nn.Embedding(N_LABEL_TOKENS, item_dim, padding_idx=0)
+        self.gap = nn.Embedding(N_GAP_BUCKETS, item_dim, padding_idx=0)
+        self.item_bias = nn.Embedding(n_items, 1, padding_idx=0)
+        self.null_token = nn.Parameter(torch.zeros(1, 1, item_dim))
+        self.self_attn = _SelfAttention(item_dim, heads) if self_attention else None
+        self.dropout = nn.Dropout(dropout)
+        self.q = nn.Linear(item_dim, item_dim)
+        self.k = nn.Linear(item_dim, item_dim)
+        self.v = nn.Linear(item_dim, item_dim)
+        n_feat = 6 * item_dim + 3
+        self.trunk = nn.Sequential(
+            nn.Linear(n_feat, hidden), nn.ReLU(), nn.Linear(hidden, dim), nn.ReLU(),
+        )
+        self.head = nn.Linear(dim, 1)
+        nn.init.normal_(self.item.weight, std=0.05)
+        nn.init.normal_(self.label.weight, std=0.05)
+        nn.init.normal_(self.gap.weight, std=0.05)
+        nn.init.zeros_(self.item_bias.weight)
+
+    def forward(
+        self,
+        target_item: torch.Tensor,  # int64 [B]
+        hist_item: torch.Tensor,  # int64 [B, L]
+        hist_label: torch.Tensor,  # int64 [B, L] (0 pad, 1 neg, 2 pos)
+        hist_gap: torch.Tensor,  # int64 [B, L] (0 pad)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = (hist_label > 0).to(torch.float32)  # [B, L]
+        item_e = self.item(hist_item)
+        tokens = item_e + self.label(hist_label) + self.gap(hist_gap)
+        if self.self_attn is not None:
+            tokens = self.self_attn(tokens, mask)
+        target = self.item(target_item)  # [B, D]
+        attended = self._target_attention(target, tokens, mask)
+        pos = (hist_label == 2).to(torch.float32)
+        neg = (hist_label == 1).to(torch.float32)
+        n_pos = pos.sum(dim=1, keepdim=True)
+        n_neg = neg.sum(dim=1, keepdim=True)
+        pos_mean = (item_e * pos.unsqueeze(-1)).sum(1) / n_pos.clamp(min=1.0)
+        neg_mean = (item_e * neg.unsqueeze(-1)).sum(1) / n_neg.clamp(min=1.0)
+        n = n_pos + n_neg
+        pos_rate = (n_pos + 1.0) / (n + 2.0)  # Laplace-smoothed: 0.5 for an empty history
+        feats = torch.cat(
+            [
+                target, attended, target * attended, pos_mean, neg_mean, target * pos_mean,
+                pos_rate, torch.log1p(n), self.item_bias(target_item),
+            ],
+            dim=1,
+        )
+        embedding = self.trunk(self.dropout(feats))
+        logit = self.head(embedding).squeeze(-1)
+        return embedding, logit
+
+    def _target_attention(
+        self, target: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        b, _, dm = tokens.shape
+        h = self.heads
+        dh = dm // h
+        keys = torch.cat([self.null_token.expand(b, 1, dm), tokens], dim=1)  # [B, L+1, D]
+        full_mask = torch.cat([torch.ones(b, 1, dtype=mask.dtype), mask], dim=1)
+        q = self.q(target).view(b, h, 1, dh)
+        k = self.k(keys).view(b, -1, h, dh).transpose(1, 2)  # [B, h, L+1, dh]
+        v = self.v(keys).view(b, -1, h, dh).transpose(1, 2)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # [B, h, 1, L+1]
+        scores = scores.masked_fill(full_mask[:, None, None, :] == 0, -1e9)
+        out = torch.softmax(scores, dim=-1) @ v  # [B, h, 1, dh]
+        return out.reshape(b, dm)
+
+
+class _SelfAttention(nn.Module):
+    """One pre-norm transformer block over the history; padded tokens attend only to themselves."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, length, dm = x.shape
+        h = self.heads
+        dh = dm // h
+        qkv = self.qkv(self.norm1(x)).view(b, length, 3, h, dh).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # [B, h, L, dh]
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
+        eye = torch.eye(length, dtype=mask.dtype)
+        allowed = torch.clamp(mask[:, None, :] + eye[None, :, :], max=1.0)  # [B, L, L]
+        scores = scores.masked_fill(allowed[:, None, :, :] == 0, -1e9)
+        att = torch.softmax(scores, dim=-1) @ v  # [B, h, L, dh]
+        x = x + self.proj(att.transpose(1, 2).reshape(b, length, dm))
+        x = x + self.ff(self.norm2(x))
+        return x * mask.unsqueeze(-1)

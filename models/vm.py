@@ -1,0 +1,133 @@
+"""Vertical models (VMs): small id-embedding + MLP rankers, in the variants issue 3 compares.
+
+One class covers every variant; what differs is the optional extra input:
+
+==================  ====================================================  ==================
+variant             inputs                                                loss
+==================  ====================================================  ==================
+``vm``              user id, item id, context (hour, weekday)             BCE
+``vm_kd``           same                                                  BCE + KD (FM soft)
+``vm_fm_logit``     same + the FM's logit (score transfer)                BCE
+``vm_solaris``      same + FM interaction embedding + one-hot tier        BCE
+``vm_solaris_kd``   same as ``vm_solaris``                                BCE + KD
+==================  ====================================================  ==================
+
+Unseen ids map to the OOV slot (``models.features.OOV``); training replaces ids by OOV with
+probability ``id_dropout`` so that slot is trained for the test period's new users and items.
+Embedding inputs are standardised with the training set's statistics (buffers, so ONNX carries
+them) and zeroed when the tier says ``missing``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.features import N_HOURS, N_WEEKDAYS, OOV
+
+N_TIERS = 4  # exact, aggregate, neighbours, missing (codes of models.runtime)
+TIER_MISSING = 3
+
+
+class VerticalModel(nn.Module):
+    """``forward(...) -> logit [B]``. Extra inputs are ``None`` unless the variant uses them."""
+
+    def __init__(
+        self,
+        n_users: int,
+        n_items: int,
+        id_dim: int = 16,
+        hidden: tuple[int, ...] = (64, 32),
+        fm_logit_input: bool = False,
+        embedding_dim: int = 0,
+        id_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.id_dropout = id_dropout
+        self.fm_logit_input = fm_logit_input
+        self.embedding_dim = embedding_dim
+        self.user = nn.Embedding(n_users, id_dim)
+        self.item = nn.Embedding(n_items, id_dim)
+        self.user_bias = nn.Embedding(n_users, 1)
+        self.item_bias = nn.Embedding(n_items, 1)
+        self.hour = nn.Embedding(N_HOURS, 4)
+        self.weekday = nn.Embedding(N_WEEKDAYS, 4)
+        for emb in (self.user, self.item, self.hour, self.weekday):
+            nn.init.normal_(emb.weight, std=0.05)
+        nn.init.zeros_(self.user_bias.weight)
+        nn.init.zeros_(self.item_bias.weight)
+        n_in = 2 * id_dim + 8
+        if fm_logit_input:
+            n_in += 1
+            self.register_buffer("logit_stats", torch.tensor([0.0, 1.0]))
+            self.logit_scale = nn.Parameter(torch.ones(1))
+        if embedding_dim:
+            proj = 32
+            self.emb_proj = nn.Linear(embedding_dim, proj)
+            n_in += proj + N_TIERS
+            self.register_buffer("emb_mean", torch.zeros(embedding_dim))
+            self.register_buffer("emb_std", torch.ones(embedding_dim))
+            # The FM's score read back from the embedding through a copy of the FM's head,
+            # scaled per tier: a calibrated starting point the MLP then corrects.
+            self.emb_head = nn.Linear(embedding_dim, 1)
+            self.tier_scale = nn.Embedding(N_TIERS, 1)
+            nn.init.ones_(self.tier_scale.weight)
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers += [nn.Linear(n_in, h), nn.ReLU()]
+            n_in = h
+        layers.append(nn.Linear(n_in, 1))
+        self.mlp = nn.Sequential(*layers)
+
+    def set_input_stats(
+        self, logit_mean_std: tuple[float, float] | None, emb_mean: torch.Tensor | None,
+        emb_std: torch.Tensor | None,
+    ) -> None:
+        """Standardisation constants from the training set (kept in the exported graph)."""
+        if logit_mean_std is not None and self.fm_logit_input:
+            self.logit_stats.copy_(torch.tensor(logit_mean_std))
+        if emb_mean is not None and emb_std is not None and self.embedding_dim:
+            self.emb_mean.copy_(emb_mean)
+            self.emb_std.copy_(emb_std.clamp(min=1e-3))
+
+    def init_from_fm_head(self, weight: torch.Tensor, bias: float) -> None:
+        """Start the embedding's skip path as the FM's own CTR head (``weight`` [d])."""
+        if self.embedding_dim:
+            with torch.no_grad():
+                self.emb_head.weight.copy_(weight.reshape(1, -1))
+                self.emb_head.bias.fill_(bias)
+
+    def forward(
+        self,
+        user: torch.Tensor,  # int64 [B]
+        item: torch.Tensor,  # int64 [B]
+        context: torch.Tensor,  # int64 [B, 2]
+        fm_logit: torch.Tensor | None = None,  # float32 [B]
+        embedding: torch.Tensor | None = None,  # float32 [B, d]
+        tier: torch.Tensor | None = None,  # int64 [B]
+    ) -> torch.Tensor:
+        if self.training and self.id_dropout > 0:
+            user = torch.where(torch.rand(user.shape) < self.id_dropout, OOV, user)
+            item = torch.where(torch.rand(item.shape) < self.id_dropout, OOV, item)
+        parts = [
+            self.user(user), self.item(item), self.hour(context[:, 0]),
+            self.weekday(context[:, 1]),
+        ]
+        skip = (self.user_bias(user) + self.item_bias(item)).squeeze(-1)
+        if self.fm_logit_input:
+            if fm_logit is None:
+                raise ValueError("this VM variant needs fm_logit")
+            z = (fm_logit - self.logit_stats[0]) / self.logit_stats[1]
+            parts.append(z.unsqueeze(-1))
+            skip = skip + self.logit_scale * fm_logit
+        if self.embedding_dim:
+            if embedding is None or tier is None:
+                raise ValueError("this VM variant needs embedding and tier")
+            present = (tier != TIER_MISSING).to(torch.float32).unsqueeze(-1)
+            e = (embedding - self.emb_mean) / self.emb_std * present
+            parts.append(torch.relu(self.emb_proj(e)))
+            parts.append(nn.functional.one_hot(tier, N_TIERS).to(torch.float32))
+            head = self.emb_head(embedding) * self.tier_scale(tier) * present
+            skip = skip + head.squeeze(-1)
+        x = torch.cat(parts, dim=1)
+        return self.mlp(x).squeeze(-1) + skip
