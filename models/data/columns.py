@@ -98,7 +98,9 @@ class Impressions:
     ``item_id`` int64[m], ``event_time_ms`` int64[m] (= the request's event time: the impression
     is the labelled outcome of what the request showed; the label is known shortly after, so
     history features must use impressions strictly before a request's event time),
-    ``position`` int32[m] (0-based index in the request's candidate list), ``label`` int8[m].
+    ``position`` int32[m] (0-based slot the item was shown at: the display slot in synthetic
+    traffic, which carries position bias; the index in the shuffled candidate list in converted
+    traffic, which carries no information), ``label`` int8[m] in {0, 1}.
     """
 
     request_index: np.ndarray
