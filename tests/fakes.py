@@ -40,7 +40,7 @@ class FakeFM:
         self.calls += 1
         emb = _hash_vectors(user_ids, self.dim, 1) * _hash_vectors(item_ids, self.dim, 2)
         for j, h in enumerate(histories):
-            if len(h):
+            if h.items.size:
                 emb[j] += _hash_vectors(h.items, self.dim, 2).mean(axis=0)
         return emb, emb.sum(axis=1) / self.dim
 

@@ -10,27 +10,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from models.runtime import UserHistory
+
 Entry = tuple[int, int, int]  # (item_id, label, event_time_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class UserHistory:
-    """A user's interactions before some event time, oldest first (models' input contract)."""
-
-    items: np.ndarray  #: int64 [k]
-    labels: np.ndarray  #: int8 [k]
-    times_ms: np.ndarray  #: int64 [k]
-
-    @classmethod
-    def empty(cls) -> UserHistory:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64))
-
-    def __len__(self) -> int:
-        return len(self.items)
+__all__ = ["Entry", "HistoryBook", "UserHistory", "add_interaction", "history_before"]
 
 
 def add_interaction(

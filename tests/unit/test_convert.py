@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -240,12 +239,10 @@ def _data_dir() -> Path:
 
 
 @pytest.mark.data
-def test_real_taobao_slice_converts_fast_and_leak_free() -> None:
+def test_real_taobao_slice_converts_leak_free() -> None:
     log, _ = load_dataset("taobao", _data_dir())
     head = log.take(np.arange(20_000))
-    started = time.perf_counter()
     req, imp = convert(head)
-    assert time.perf_counter() - started < 10.0  # ~1.5 s here: the full file takes ~7 s
     assert len(imp) <= len(head) and req.n_candidates.mean() > 45
     for r in (len(req) // 2, len(req) - 100):
         rid, user, t = str(req.request_id[r]), int(req.user_id[r]), int(req.event_time_ms[r])

@@ -22,7 +22,7 @@ def test_history_is_strictly_before_and_capped() -> None:
     h = book.before(1, T0 + 20, length=5)
     assert h.items.tolist() == [102]  # capacity 3 keeps 102..104; T0+20 and later excluded
     assert h.labels.dtype == np.int8 and h.times_ms.tolist() == [T0 + 10]
-    assert len(book.before(1, T0, 5)) == 0 and len(book.before(2, T0 + 99, 5)) == 0
+    assert book.before(1, T0, 5).items.size == 0 and book.before(2, T0 + 99, 5).items.size == 0
 
 
 def test_history_orders_late_arrivals_and_ignores_duplicates() -> None:

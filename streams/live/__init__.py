@@ -1,0 +1,1 @@
+"""The live pipeline: Faust workers, the ranker service, replay, lag and coverage monitoring."""

@@ -1,0 +1,34 @@
+"""Store writes in the pipeline retry until the store answers: offsets are not committed while a
+write is pending (the agent does not move on), so a store outage delays but never loses data."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from store.errors import StoreError
+from streams.live.metrics import STORE_ERRORS
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def write_with_retry(op: str, fn: Callable[[], T], max_wait_s: float = 5.0) -> T:
+    """Call ``fn`` until it stops raising :class:`StoreError` (exponential backoff, async sleep)."""
+
+    def _log(state: object) -> None:
+        STORE_ERRORS.labels(op).inc()
+        log.warning("store write failed; retrying", extra={"op": op, "attempt": getattr(state, "attempt_number", 0)})
+
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(StoreError),
+        wait=wait_exponential(multiplier=0.05, max=max_wait_s),
+        before_sleep=_log,
+        reraise=True,
+    ):
+        with attempt:
+            return fn()
+    raise AssertionError("unreachable")  # pragma: no cover
