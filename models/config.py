@@ -12,7 +12,11 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
+
+#: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
+CODE_VERSION = "1"
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -31,6 +35,15 @@ def lag_name(lag_ms: int) -> str:
     if lag_ms % MINUTE_MS == 0:
         return f"{lag_ms // MINUTE_MS}m"
     return f"{lag_ms}ms"
+
+
+def file_digest(path: Path | str) -> str:
+    """sha256 of a file's bytes (streamed): the data half of the model-cache key."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class SettingsLike(Protocol):

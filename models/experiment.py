@@ -72,8 +72,10 @@ class Impressions:
         t = col("event_time_ms").astype(np.int64)
         order = np.argsort(t, kind="stable")
         return cls(
-            col("user_id").astype(np.int64)[order], col("item_id").astype(np.int64)[order],
-            t[order], col("label").astype(np.int8)[order],
+            col("user_id").astype(np.int64)[order],
+            col("item_id").astype(np.int64)[order],
+            t[order],
+            col("label").astype(np.int8)[order],
         )
 
     def examples(self) -> Examples:
@@ -110,7 +112,11 @@ def _fm_vocab(items: np.ndarray) -> Vocab:
 
 
 def _lag_views(
-    cfg: TrainConfig, fm: FoundationModel, vocab: Vocab, index: HistoryIndex, ex: Examples,
+    cfg: TrainConfig,
+    fm: FoundationModel,
+    vocab: Vocab,
+    index: HistoryIndex,
+    ex: Examples,
     lag_ms: int,
 ) -> _LagViews:
     lags = np.full(len(ex), lag_ms, dtype=np.int64)
@@ -125,7 +131,10 @@ def _lag_views(
 
 
 def run_seed(
-    imps: Impressions, cfg: TrainConfig, seed: int, tuned: dict[str, GridPoint] | None = None,
+    imps: Impressions,
+    cfg: TrainConfig,
+    seed: int,
+    tuned: dict[str, GridPoint] | None = None,
     report: Report | None = None,
 ) -> SeedRun:
     """Train the FM and all VM variants for one seed; predict on the test period."""
@@ -136,9 +145,7 @@ def run_seed(
     ex = imps.examples()
     index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
     fm_vocab = _fm_vocab(imps.item_id[split.fm_train])
-    fm = train_fm(
-        cfg, fm_vocab, index, ex.take(split.fm_train), ex.take(split.fm_valid), seed, say
-    )
+    fm = train_fm(cfg, fm_vocab, index, ex.take(split.fm_train), ex.take(split.fm_valid), seed, say)
     seconds["fm"] = time.perf_counter() - clock
 
     rows = np.concatenate([split.vm_train, split.vm_valid, split.test])
@@ -153,8 +160,11 @@ def run_seed(
     user_vocab = Vocab.build(imps.user_id[vm_rows])
     item_vocab = Vocab.build(imps.item_id[vm_rows])
     base = VMData(
-        user_vocab.lookup(bc.user), item_vocab.lookup(bc.item), context_features(bc.time_ms),
-        bc.label, teacher_logit=teacher,
+        user_vocab.lookup(bc.user),
+        item_vocab.lookup(bc.item),
+        context_features(bc.time_ms),
+        bc.label,
+        teacher_logit=teacher,
     )
     tuned = dict(tuned or {})
     head = FMHead.of(fm)
@@ -163,8 +173,15 @@ def run_seed(
     def fit(spec: VariantSpec, key: str, data: VMData) -> VerticalModel:
         t0 = time.perf_counter()
         model, gp = tune_vm(
-            spec, cfg, user_vocab.size, item_vocab.size, data.take(np.arange(n_tr)),
-            data.take(np.arange(n_tr, n_tr + n_va)), seed, tuned.get(key), head,
+            spec,
+            cfg,
+            user_vocab.size,
+            item_vocab.size,
+            data.take(np.arange(n_tr)),
+            data.take(np.arange(n_tr, n_tr + n_va)),
+            seed,
+            tuned.get(key),
+            head,
         )
         tuned[key] = gp
         seconds[key] = time.perf_counter() - t0
@@ -181,7 +198,13 @@ def run_seed(
     for lag, view in views.items():
         name = lag_name(lag)
         data = VMData(
-            base.user, base.item, base.context, base.label, view.logit, teacher, view.tiers,
+            base.user,
+            base.item,
+            base.context,
+            base.label,
+            view.logit,
+            teacher,
+            view.tiers,
             view.available,
         )
         test = data.take(np.arange(len(bc))[sl_te])
@@ -207,6 +230,15 @@ def run_seed(
         raise ValueError(f"serving_lag_ms {cfg.serving_lag_ms} is not in lags_ms {cfg.lags_ms}")
     seconds["total"] = time.perf_counter() - clock
     return SeedRun(
-        seed, split, probs, tuned, fm, fm_vocab, user_vocab, item_vocab, vms, seconds,
+        seed,
+        split,
+        probs,
+        tuned,
+        fm,
+        fm_vocab,
+        user_vocab,
+        item_vocab,
+        vms,
+        seconds,
         aggregate_share,
     )

@@ -48,8 +48,12 @@ class _VMProb(nn.Module):
 
 
 def _export(
-    module: nn.Module, example: tuple[torch.Tensor, ...], input_names: tuple[str, ...],
-    output_names: tuple[str, ...], path: Path, metadata: dict[str, str],
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+    path: Path,
+    metadata: dict[str, str],
 ) -> Path:
     module.eval()
     dynamic_axes = {name: {0: "batch"} for name in (*input_names, *output_names)}
@@ -57,8 +61,13 @@ def _export(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                module, example, str(path), input_names=list(input_names),
-                output_names=list(output_names), dynamic_axes=dynamic_axes, opset_version=OPSET,
+                module,
+                example,
+                str(path),
+                input_names=list(input_names),
+                output_names=list(output_names),
+                dynamic_axes=dynamic_axes,
+                opset_version=OPSET,
                 dynamo=False,
             )
     except Exception as exc:  # torch raises many types from tracing/conversion
@@ -75,13 +84,12 @@ def _export(
     return path
 
 
-def export_fm(
-    fm: FoundationModel, history_len: int, path: Path, metadata: dict[str, str]
-) -> Path:
+def export_fm(fm: FoundationModel, history_len: int, path: Path, metadata: dict[str, str]) -> Path:
     """Write the FM graph (embedding + logit) to ``path``."""
     b = 2
     example = (
-        torch.ones(b, dtype=torch.int64), torch.ones(b, history_len, dtype=torch.int64),
+        torch.ones(b, dtype=torch.int64),
+        torch.ones(b, history_len, dtype=torch.int64),
         torch.ones(b, history_len, dtype=torch.int64),
         torch.ones(b, history_len, dtype=torch.int64),
     )
@@ -92,7 +100,8 @@ def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]
     """Write a VM graph returning probabilities; solaris variants take embedding + tier too."""
     b = 2
     example: tuple[torch.Tensor, ...] = (
-        torch.ones(b, dtype=torch.int64), torch.ones(b, dtype=torch.int64),
+        torch.ones(b, dtype=torch.int64),
+        torch.ones(b, dtype=torch.int64),
         torch.zeros(b, 2, dtype=torch.int64),
     )
     names = VM_INPUTS

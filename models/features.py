@@ -31,8 +31,15 @@ OOV = 1
 #: Upper edges of the time-gap buckets; bucket ``k + 1`` holds gaps in ``[edge[k-1], edge[k])``.
 GAP_EDGES_MS: np.ndarray = np.array(
     [
-        MINUTE_MS, 5 * MINUTE_MS, 30 * MINUTE_MS, 2 * HOUR_MS, 12 * HOUR_MS, DAY_MS,
-        7 * DAY_MS, 30 * DAY_MS, 365 * DAY_MS,
+        MINUTE_MS,
+        5 * MINUTE_MS,
+        30 * MINUTE_MS,
+        2 * HOUR_MS,
+        12 * HOUR_MS,
+        DAY_MS,
+        7 * DAY_MS,
+        30 * DAY_MS,
+        365 * DAY_MS,
     ],
     dtype=np.int64,
 )
@@ -178,7 +185,10 @@ def context_features(event_time_ms: np.ndarray) -> np.ndarray:
 
 
 def vm_inputs(
-    user_vocab: Vocab, item_vocab: Vocab, user_ids: np.ndarray, item_ids: np.ndarray,
+    user_vocab: Vocab,
+    item_vocab: Vocab,
+    user_ids: np.ndarray,
+    item_ids: np.ndarray,
     event_time_ms: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """The baseline VM's input tensors, by ONNX input name."""

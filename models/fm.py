@@ -58,7 +58,10 @@ class FoundationModel(nn.Module):
         self.v = nn.Linear(item_dim, item_dim)
         n_feat = 6 * item_dim + 3
         self.trunk = nn.Sequential(
-            nn.Linear(n_feat, hidden), nn.ReLU(), nn.Linear(hidden, dim), nn.ReLU(),
+            nn.Linear(n_feat, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, dim),
+            nn.ReLU(),
         )
         self.head = nn.Linear(dim, 1)
         nn.init.normal_(self.item.weight, std=0.05)
@@ -90,8 +93,15 @@ class FoundationModel(nn.Module):
         pos_rate = (n_pos + 1.0) / (n + 2.0)  # Laplace-smoothed: 0.5 for an empty history
         feats = torch.cat(
             [
-                target, attended, target * attended, pos_mean, neg_mean, target * pos_mean,
-                pos_rate, torch.log1p(n), self.item_bias(target_item),
+                target,
+                attended,
+                target * attended,
+                pos_mean,
+                neg_mean,
+                target * pos_mean,
+                pos_rate,
+                torch.log1p(n),
+                self.item_bias(target_item),
             ],
             dim=1,
         )

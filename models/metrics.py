@@ -122,9 +122,7 @@ def user_bootstrap(
     n = weights @ count_u
     rate = np.clip((weights @ pos_u) / n, EPS, 1 - EPS)
     h = -(rate * np.log(rate) + (1 - rate) * np.log(1 - rate))
-    ne = {
-        name: ((weights @ lu.T) / n[:, None]).mean(axis=1) / h for name, lu in loss_u.items()
-    }
+    ne = {name: ((weights @ lu.T) / n[:, None]).mean(axis=1) / h for name, lu in loss_u.items()}
 
     def interval(x: np.ndarray) -> tuple[float, float]:
         x = x[np.isfinite(x)]
@@ -135,8 +133,11 @@ def user_bootstrap(
 
     gap = ne[vm] - ne[fm]
     safe_gap = np.where(np.abs(gap) < 1e-12, np.nan, gap)
-    tr = {key: interval((ne[vm] - ne[model]) / safe_gap) for key, model in tr_pairs.items()
-          if model in ne}
+    tr = {
+        key: interval((ne[vm] - ne[model]) / safe_gap)
+        for key, model in tr_pairs.items()
+        if model in ne
+    }
     return BootstrapResult(
         ne_interval={name: interval(v) for name, v in ne.items()},
         tr_interval=tr,

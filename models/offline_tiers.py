@@ -55,8 +55,12 @@ def user_window_mean(
 
 
 def item_neighbour_mean(
-    users: np.ndarray, items: np.ndarray, times: np.ndarray, vectors: np.ndarray,
-    window_ms: int, k: int,
+    users: np.ndarray,
+    items: np.ndarray,
+    times: np.ndarray,
+    vectors: np.ndarray,
+    window_ms: int,
+    k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row: mean of the ``k`` latest vectors of the same item by *other* users in
     ``[t − window, t)``; float32 [N, d] and count int64 [N]."""

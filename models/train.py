@@ -102,20 +102,28 @@ def _sample_lags(rng: np.random.Generator, n: int, cfg: TrainConfig) -> np.ndarr
 
 
 def train_fm(
-    cfg: TrainConfig, vocab: Vocab, index: HistoryIndex, train: Examples, valid: Examples,
-    seed: int, report: Report | None = None,
+    cfg: TrainConfig,
+    vocab: Vocab,
+    index: HistoryIndex,
+    train: Examples,
+    valid: Examples,
+    seed: int,
+    report: Report | None = None,
 ) -> FoundationModel:
     """Train the FM on period A; returns the best model by validation log-loss (Δ = 0)."""
     seed_everything(seed, cfg.threads)
     rng = np.random.default_rng(seed)
     model = FoundationModel(
-        vocab.size, cfg.fm_item_dim, cfg.fm_hidden, cfg.embedding_dim, cfg.fm_heads,
-        cfg.fm_dropout, cfg.fm_self_attention,
+        vocab.size,
+        cfg.fm_item_dim,
+        cfg.fm_hidden,
+        cfg.embedding_dim,
+        cfg.fm_heads,
+        cfg.fm_dropout,
+        cfg.fm_self_attention,
     )
     opt = torch.optim.Adam(model.parameters(), lr=cfg.fm_lr, weight_decay=cfg.fm_weight_decay)
-    valid_in = fm_batch_inputs(
-        vocab, index, valid, np.zeros(len(valid), np.int64), cfg.history_len
-    )
+    valid_in = fm_batch_inputs(vocab, index, valid, np.zeros(len(valid), np.int64), cfg.history_len)
     best, best_state, bad = float("inf"), copy.deepcopy(model.state_dict()), 0
     loss_fn = _bce()
     for epoch in range(cfg.fm_epochs):
@@ -190,8 +198,13 @@ class VMData:
             return None if a is None else a[idx]
 
         return VMData(
-            self.user[idx], self.item[idx], self.context[idx], self.label[idx],
-            sub(self.fm_logit), sub(self.teacher_logit), sub(self.tier_embeddings),
+            self.user[idx],
+            self.item[idx],
+            self.context[idx],
+            self.label[idx],
+            sub(self.fm_logit),
+            sub(self.teacher_logit),
+            sub(self.tier_embeddings),
             sub(self.tier_available),
         )
 
@@ -220,12 +233,11 @@ def select_tier(data: VMData, tier: np.ndarray) -> np.ndarray:
     return np.where((tier == 3)[:, None], 0.0, out).astype(np.float32)
 
 
-def vm_tensors(
-    spec: VariantSpec, data: VMData, tier: np.ndarray | None
-) -> dict[str, torch.Tensor]:
+def vm_tensors(spec: VariantSpec, data: VMData, tier: np.ndarray | None) -> dict[str, torch.Tensor]:
     """Forward kwargs of a ``VerticalModel`` for these rows."""
     out = {
-        "user": torch.from_numpy(data.user), "item": torch.from_numpy(data.item),
+        "user": torch.from_numpy(data.user),
+        "item": torch.from_numpy(data.item),
         "context": torch.from_numpy(data.context),
     }
     if spec.fm_logit:
@@ -241,12 +253,22 @@ def vm_tensors(
 
 
 def build_vm(
-    spec: VariantSpec, cfg: TrainConfig, n_users: int, n_items: int, gp: GridPoint,
-    train: VMData, fm_head: FMHead | None = None,
+    spec: VariantSpec,
+    cfg: TrainConfig,
+    n_users: int,
+    n_items: int,
+    gp: GridPoint,
+    train: VMData,
+    fm_head: FMHead | None = None,
 ) -> VerticalModel:
     model = VerticalModel(
-        n_users, n_items, cfg.vm_id_dim, cfg.vm_hidden, spec.fm_logit,
-        cfg.embedding_dim if spec.embedding else 0, gp.id_dropout,
+        n_users,
+        n_items,
+        cfg.vm_id_dim,
+        cfg.vm_hidden,
+        spec.fm_logit,
+        cfg.embedding_dim if spec.embedding else 0,
+        gp.id_dropout,
     )
     logit_stats = None
     if spec.fm_logit and train.fm_logit is not None:
@@ -263,7 +285,10 @@ def build_vm(
 
 @torch.no_grad()
 def predict_vm(
-    model: VerticalModel, spec: VariantSpec, data: VMData, tier: np.ndarray | None,
+    model: VerticalModel,
+    spec: VariantSpec,
+    data: VMData,
+    tier: np.ndarray | None,
 ) -> np.ndarray:
     """Probabilities float32 [N]."""
     model.eval()
@@ -272,8 +297,15 @@ def predict_vm(
 
 
 def fit_vm(
-    spec: VariantSpec, cfg: TrainConfig, n_users: int, n_items: int, gp: GridPoint,
-    train: VMData, valid: VMData | None, seed: int, fm_head: FMHead | None = None,
+    spec: VariantSpec,
+    cfg: TrainConfig,
+    n_users: int,
+    n_items: int,
+    gp: GridPoint,
+    train: VMData,
+    valid: VMData | None,
+    seed: int,
+    fm_head: FMHead | None = None,
 ) -> tuple[VerticalModel, int, float]:
     """Train one VM. With ``valid``: early stopping, returns (model, best epochs, valid logloss);
     without: exactly ``gp.epochs`` epochs."""
@@ -289,8 +321,9 @@ def fit_vm(
         teacher = torch.sigmoid(torch.from_numpy(train.teacher_logit) / cfg.kd_temperature)
     valid_tier = None
     if valid is not None and spec.embedding and valid.tier_available is not None:
-        valid_tier = sample_tiers(np.random.default_rng(seed + 2), valid.tier_available,
-                                  cfg.tier_rates)
+        valid_tier = sample_tiers(
+            np.random.default_rng(seed + 2), valid.tier_available, cfg.tier_rates
+        )
     n_epochs = cfg.vm_epochs if valid is not None else max(gp.epochs, 1)
     best, best_epoch, best_state, bad = float("inf"), 1, copy.deepcopy(model.state_dict()), 0
     bce = _bce()
@@ -332,13 +365,22 @@ def fit_vm(
 def grid(cfg: TrainConfig) -> list[GridPoint]:
     return [
         GridPoint(lr, wd, dr)
-        for lr in cfg.vm_lrs for wd in cfg.vm_weight_decays for dr in cfg.vm_id_dropouts
+        for lr in cfg.vm_lrs
+        for wd in cfg.vm_weight_decays
+        for dr in cfg.vm_id_dropouts
     ]
 
 
 def tune_vm(
-    spec: VariantSpec, cfg: TrainConfig, n_users: int, n_items: int, train: VMData,
-    valid: VMData, seed: int, fixed: GridPoint | None = None, fm_head: FMHead | None = None,
+    spec: VariantSpec,
+    cfg: TrainConfig,
+    n_users: int,
+    n_items: int,
+    train: VMData,
+    valid: VMData,
+    seed: int,
+    fixed: GridPoint | None = None,
+    fm_head: FMHead | None = None,
 ) -> tuple[VerticalModel, GridPoint]:
     """Grid-search on (train, valid) unless ``fixed`` is given, then refit on train ∪ valid."""
     if fixed is None:
@@ -358,8 +400,12 @@ def _concat(a: VMData, b: VMData) -> VMData:
         return None if x is None or y is None else np.concatenate([x, y])
 
     return VMData(
-        np.concatenate([a.user, b.user]), np.concatenate([a.item, b.item]),
-        np.concatenate([a.context, b.context]), np.concatenate([a.label, b.label]),
-        cat(a.fm_logit, b.fm_logit), cat(a.teacher_logit, b.teacher_logit),
-        cat(a.tier_embeddings, b.tier_embeddings), cat(a.tier_available, b.tier_available),
+        np.concatenate([a.user, b.user]),
+        np.concatenate([a.item, b.item]),
+        np.concatenate([a.context, b.context]),
+        np.concatenate([a.label, b.label]),
+        cat(a.fm_logit, b.fm_logit),
+        cat(a.teacher_logit, b.teacher_logit),
+        cat(a.tier_embeddings, b.tier_embeddings),
+        cat(a.tier_available, b.tier_available),
     )

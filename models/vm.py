@@ -80,7 +80,9 @@ class VerticalModel(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     def set_input_stats(
-        self, logit_mean_std: tuple[float, float] | None, emb_mean: torch.Tensor | None,
+        self,
+        logit_mean_std: tuple[float, float] | None,
+        emb_mean: torch.Tensor | None,
         emb_std: torch.Tensor | None,
     ) -> None:
         """Standardisation constants from the training set (kept in the exported graph)."""
@@ -110,7 +112,9 @@ class VerticalModel(nn.Module):
             user = torch.where(torch.rand(user.shape) < self.id_dropout, OOV, user)
             item = torch.where(torch.rand(item.shape) < self.id_dropout, OOV, item)
         parts = [
-            self.user(user), self.item(item), self.hour(context[:, 0]),
+            self.user(user),
+            self.item(item),
+            self.hour(context[:, 0]),
             self.weekday(context[:, 1]),
         ]
         skip = (self.user_bias(user) + self.item_bias(item)).squeeze(-1)

@@ -1,0 +1,108 @@
+"""Train every model on a traffic file, evaluate, and write a bundle directory (torch).
+
+Called by ``models.bundle.ensure_bundle`` (which owns caching) and by the CLI. The shipped
+models are seed 0's: ``fm``, ``vm`` (verifier) and the ``vm_solaris`` trained at
+``TrainConfig.serving_lag_ms``; the other seeds exist to put error bars on the evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.config import CODE_VERSION, TrainConfig, file_digest
+from models.evaluate import evaluate_runs
+from models.experiment import Impressions, SeedRun, run_seed
+from models.export import OPSET, export_fm, export_vm
+from models.runtime import TIER_NAMES
+from models.train import Report
+
+log = logging.getLogger(__name__)
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN/inf → None and numpy scalars → Python, so the JSON is strict."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def load_traffic_impressions(traffic_path: Path) -> tuple[Impressions, dict[str, Any]]:
+    """Impressions (time-sorted) and the file's metadata, via part A's reader."""
+    from models.data.traffic import load_traffic
+
+    traffic = load_traffic(traffic_path)
+    return Impressions.from_columns(traffic.impressions), dict(traffic.metadata)
+
+
+def train_all(imps: Impressions, cfg: TrainConfig, report: Report | None = None) -> list[SeedRun]:
+    """One ``SeedRun`` per seed; seed 0 tunes the VM grid, later seeds reuse its choices."""
+    runs: list[SeedRun] = []
+    tuned = None
+    for seed in range(cfg.seeds):
+        run = run_seed(imps, cfg, seed, tuned, report)
+        tuned = run.tuned
+        runs.append(run)
+    return runs
+
+
+def build_bundle(
+    traffic_path: Path, cfg: TrainConfig, out_dir: Path, key: str, report: Report | None = None
+) -> dict[str, Any]:
+    """Train, evaluate and export into ``out_dir``; returns the evaluation report."""
+    imps, traffic_meta = load_traffic_impressions(traffic_path)
+    dataset = str(traffic_meta.get("dataset", "unknown"))
+    runs = train_all(imps, cfg, report)
+    evaluation = json_safe(evaluate_runs(dataset, imps, runs, cfg))
+    version = f"solaris-{dataset}-{key[:12]}"
+    run = runs[0]
+    props = {
+        "model_version": version,
+        "dim": str(cfg.embedding_dim),
+        "history_len": str(cfg.history_len),
+        "dataset": dataset,
+    }
+    export_fm(run.fm, cfg.history_len, out_dir / "fm.onnx", props)
+    export_vm(run.vms["vm"], "vm", out_dir / "vm.onnx", props)
+    export_vm(run.vms["vm_solaris"], "vm_solaris", out_dir / "vm_solaris.onnx", props)
+    np.savez(
+        out_dir / "vocab.npz",
+        fm_items=run.fm_vocab.ids,
+        vm_users=run.user_vocab.ids,
+        vm_items=run.item_vocab.ids,
+    )
+    meta = {
+        "model_version": version,
+        "dim": cfg.embedding_dim,
+        "history_len": cfg.history_len,
+        "dataset": dataset,
+        "serving_lag_ms": cfg.serving_lag_ms,
+        "tiers": list(TIER_NAMES),
+        "opset": OPSET,
+        "code_version": CODE_VERSION,
+        "traffic_sha256": file_digest(traffic_path),
+        "traffic_metadata": traffic_meta,
+        "metrics": {
+            "models": {
+                k: {m: v[m] for m in ("logloss", "ne", "auc")}
+                for k, v in evaluation["models"].items()
+            },
+            "transfer_ratio": evaluation["transfer_ratio"],
+        },
+        "config": cfg.to_dict(),
+    }
+    (out_dir / "meta.json").write_text(json.dumps(json_safe(meta), indent=2, sort_keys=True))
+    (out_dir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
+    log.info("bundle %s written to %s", version, out_dir)
+    return evaluation

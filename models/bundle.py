@@ -1,0 +1,153 @@
+"""Model bundles: the trained, exported models the streaming engine serves. No torch here.
+
+A bundle is a directory::
+
+    fm.onnx            FM (embedding + logit), see models.export
+    vm.onnx            baseline VM = the verifier
+    vm_solaris.onnx    the ranker's VM (embedding + tier), trained at the serving lag
+    vocab.npz          fm_items, vm_users, vm_items: sorted raw ids (int64), no pickle
+    meta.json          model_version, dim, history_len, dataset, serving_lag_ms, metrics, ...
+    evaluation.json    the full evaluation report (models.evaluate)
+
+``ensure_bundle`` keys bundles by a hash of the traffic file's bytes + the training config
+(+ ``CODE_VERSION``), trains one only when that key is absent (importing torch lazily), and
+publishes it with an atomic rename, so concurrent callers never see a half-written bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.config import CODE_VERSION, TrainConfig, file_digest
+from models.errors import BundleError
+from models.features import Vocab
+from models.runtime import FMRunner, OnnxSession, SolarisRunner, VMRunner
+
+log = logging.getLogger(__name__)
+
+FILES = ("fm.onnx", "vm.onnx", "vm_solaris.onnx", "vocab.npz", "meta.json")
+
+
+@dataclass(frozen=True)
+class BundleMeta:
+    """``meta.json`` of a bundle."""
+
+    model_version: str
+    dim: int
+    history_len: int
+    dataset: str
+    serving_lag_ms: int
+    metrics: dict[str, Any]
+    extra: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> BundleMeta:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                str(raw["model_version"]),
+                int(raw["dim"]),
+                int(raw["history_len"]),
+                str(raw["dataset"]),
+                int(raw["serving_lag_ms"]),
+                dict(raw.get("metrics", {})),
+                {k: v for k, v in raw.items() if k not in cls.__dataclass_fields__},
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BundleError(f"bad bundle metadata {path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    """Loaded runners of one bundle; ``fm.model_version == meta.model_version``."""
+
+    path: Path
+    meta: BundleMeta
+    fm: FMRunner
+    vm: VMRunner
+    solaris: SolarisRunner
+
+
+def load_bundle(
+    path: Path | str, threads: int = 1, providers: Sequence[str] | None = None
+) -> ModelBundle:
+    """Open a bundle directory: three onnxruntime sessions (warmed up) and the vocabularies."""
+    root = Path(path)
+    missing = [f for f in FILES if not (root / f).is_file()]
+    if missing:
+        raise BundleError(f"bundle {root} lacks {missing}")
+    meta = BundleMeta.read(root / "meta.json")
+    try:
+        with np.load(root / "vocab.npz", allow_pickle=False) as z:
+            fm_items, users, items = (
+                Vocab(z["fm_items"]),
+                Vocab(z["vm_users"]),
+                Vocab(z["vm_items"]),
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        raise BundleError(f"bad vocabulary file in {root}: {exc}") from exc
+
+    def session(name: str) -> OnnxSession:
+        s = OnnxSession(root / name, threads=threads, providers=providers)
+        if s.metadata.get("model_version") != meta.model_version:
+            raise BundleError(
+                f"{name} is version {s.metadata.get('model_version')!r}, "
+                f"meta.json says {meta.model_version!r}"
+            )
+        return s
+
+    fm = FMRunner(session("fm.onnx"), fm_items, meta.history_len, meta.model_version, meta.dim)
+    vm = VMRunner(session("vm.onnx"), users, items)
+    solaris = SolarisRunner(session("vm_solaris.onnx"), users, items, meta.dim)
+    return ModelBundle(root, meta, fm, vm, solaris)
+
+
+def bundle_key(traffic_path: Path | str, cfg: TrainConfig) -> str:
+    """Cache key: hash of the traffic bytes, the config and ``CODE_VERSION``."""
+    text = f"{file_digest(traffic_path)}:{cfg.fingerprint()}:{CODE_VERSION}"
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def ensure_bundle(
+    traffic_path: Path | str,
+    cfg: TrainConfig,
+    cache_root: Path | str,
+    report: Callable[[str], None] | None = None,
+) -> Path:
+    """The bundle directory for (traffic, cfg), training it first when not cached.
+
+    Idempotent: a second call with the same inputs returns the same path without training.
+    Blocks for the whole training when it has to train (minutes on 2 cores).
+    """
+    root = Path(cache_root)
+    key = bundle_key(traffic_path, cfg)
+    final = root / f"bundle-{key}"
+    if all((final / f).is_file() for f in FILES):
+        log.info("using cached bundle %s", final)
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    from models.builder import build_bundle  # torch is imported only when training
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".bundle-{key}-", dir=root))
+    try:
+        build_bundle(Path(traffic_path), cfg, tmp, key, report)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not all((final / f).is_file() for f in FILES):  # not a concurrent winner
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,212 @@
+"""Turn per-seed test predictions into the evaluation report (JSON) and a Markdown table.
+
+Report shape (issue 3 item 10; un-lagged numbers at the top level, extra keys welcome)::
+
+    {"dataset", "seeds",
+     "models": {name: {"logloss", "ne", "auc", "ne_std", "auc_std", "logloss_std",
+                       "ne_ci95", "per_seed": [...]}},
+     "transfer_ratio": {"kd", "fm_logit", "solaris", "solaris_kd", "solaris_aggregate",
+                        "solaris_missing"},
+     "transfer_ratio_std": {...}, "transfer_ratio_ci95": {...},
+     "lagged": {"1m": {"transfer_ratio": {"solaris", "fm_logit", "solaris_aggregate"},
+                       "transfer_ratio_std": ..., "transfer_ratio_ci95": ...,
+                       "models": {"vm_solaris", "vm_fm_logit", ...}}, "10m": ..., ...},
+     "fm_vm_gap": {"ne", "ci95"}, "split": {...}, "training_seconds": {...}, ...}
+
+Means are over seeds; ``*_std`` is the standard deviation over seeds; ``*_ci95`` is the 95 %
+interval of the seed-averaged quantity from a bootstrap that resamples test *users*.
+Transfer ratios at the top level are computed from the seed-mean NEs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from models.config import TrainConfig, lag_name
+from models.experiment import Impressions, SeedRun
+from models.metrics import summary, transfer_ratio, user_bootstrap
+
+#: TR name → model key at lag ``{lag}``; top-level models are the ``@0`` keys.
+TR_MODELS: dict[str, str] = {
+    "kd": "vm_kd",
+    "fm_logit": "vm_fm_logit@{lag}",
+    "solaris": "vm_solaris@{lag}",
+    "solaris_kd": "vm_solaris_kd@{lag}",
+    "solaris_aggregate": "vm_solaris_aggregate@{lag}",
+    "solaris_missing": "vm_solaris_missing@{lag}",
+}
+LAGGED_TR = ("solaris", "fm_logit", "solaris_aggregate")
+
+
+def _public(key: str) -> str:
+    """``vm_solaris@0`` → ``vm_solaris`` (the issue's top-level names)."""
+    return key.removesuffix("@0")
+
+
+def _model_stats(y: np.ndarray, per_seed: Sequence[np.ndarray]) -> dict[str, Any]:
+    rows = [summary(y, p) for p in per_seed]
+    out: dict[str, Any] = {}
+    for metric in ("logloss", "ne", "auc"):
+        vals = np.array([r[metric] for r in rows])
+        out[metric] = float(vals.mean())
+        out[f"{metric}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+    out["per_seed"] = rows
+    return out
+
+
+def _tr_block(
+    names: Sequence[str],
+    lag: str,
+    stats: dict[str, dict[str, Any]],
+    boot_tr: dict[str, Any],
+    n_seeds: int,
+) -> dict[str, Any]:
+    tr, tr_std, tr_ci = {}, {}, {}
+    fm, vm = stats["fm"], stats["vm"]
+    for name in names:
+        key = TR_MODELS[name].format(lag=lag)
+        if key not in stats:
+            continue
+        tr[name] = transfer_ratio(vm["ne"], stats[key]["ne"], fm["ne"])
+        per_seed = [
+            transfer_ratio(
+                vm["per_seed"][s]["ne"], stats[key]["per_seed"][s]["ne"], fm["per_seed"][s]["ne"]
+            )
+            for s in range(n_seeds)
+        ]
+        tr_std[name] = float(np.std(per_seed, ddof=1)) if n_seeds > 1 else 0.0
+        tr_ci[name] = list(boot_tr.get(f"{name}@{lag}", (float("nan"), float("nan"))))
+    return {"transfer_ratio": tr, "transfer_ratio_std": tr_std, "transfer_ratio_ci95": tr_ci}
+
+
+def evaluate_runs(
+    dataset: str,
+    imps: Impressions,
+    runs: Sequence[SeedRun],
+    cfg: TrainConfig,
+) -> dict[str, Any]:
+    """The report dict for ``runs`` (one per seed, same split)."""
+    split = runs[0].split
+    y = imps.label[split.test]
+    users = imps.user_id[split.test]
+    keys = list(runs[0].test_probs)
+    probs = {k: [r.test_probs[k] for r in runs] for k in keys}
+    stats = {k: _model_stats(y, probs[k]) for k in keys}
+    tr_pairs = {
+        f"{name}@{lag_name(lag)}": TR_MODELS[name].format(lag=lag_name(lag))
+        for name in TR_MODELS
+        for lag in cfg.lags_ms
+    }
+    boot = user_bootstrap(users, y, probs, tr_pairs, replicates=cfg.bootstrap_replicates)
+    for k in keys:
+        stats[k]["ne_ci95"] = list(boot.ne_interval[k])
+    top = _tr_block(list(TR_MODELS), "0", stats, boot.tr_interval, len(runs))
+    lagged = {}
+    for lag in cfg.lags_ms:
+        if lag == 0:
+            continue
+        name = lag_name(lag)
+        block = _tr_block(LAGGED_TR, name, stats, boot.tr_interval, len(runs))
+        block["models"] = {_base(k): _strip(stats[k]) for k in keys if k.endswith(f"@{name}")}
+        block["aggregate_share"] = float(np.mean([r.aggregate_share[name] for r in runs]))
+        lagged[name] = block
+    seconds = {
+        "per_seed_total": [r.seconds["total"] for r in runs],
+        "fm_per_seed": [r.seconds["fm"] for r in runs],
+        "total": float(sum(r.seconds["total"] for r in runs)),
+    }
+    return {
+        "dataset": dataset,
+        "seeds": len(runs),
+        "models": {_public(k): _strip(stats[k]) for k in keys if "@" not in k or k.endswith("@0")},
+        **top,
+        "lagged": lagged,
+        "fm_vm_gap": {
+            "ne": stats["vm"]["ne"] - stats["fm"]["ne"],
+            "ci95": list(boot.gap_interval),
+        },
+        "aggregate_share": float(np.mean([r.aggregate_share["0"] for r in runs]))
+        if "0" in runs[0].aggregate_share
+        else None,
+        "split": {
+            "fm_train": int(split.fm_train.size),
+            "fm_valid": int(split.fm_valid.size),
+            "vm_train": int(split.vm_train.size),
+            "vm_valid": int(split.vm_valid.size),
+            "test": int(split.test.size),
+            "test_users": int(np.unique(users).size),
+            "test_base_rate": float(y.mean()),
+            "boundaries_ms": list(split.boundaries_ms),
+            "scheme": "FM on period A, every VM on period B with the fixed FM's outputs, "
+            "test on period C (models.split)",
+        },
+        "tuned": {k: vars(v) for k, v in runs[0].tuned.items()},
+        "training_seconds": seconds,
+        "bootstrap": {"replicates": boot.replicates, "resampled": "users"},
+        "config": cfg.to_dict(),
+    }
+
+
+def _base(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
+def _strip(stat: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stat.items()}
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """Two Markdown tables: models at Δ = 0, and transfer ratios by lag."""
+    n = report["seeds"]
+    lines = [
+        f"### {report['dataset']}: test NE / AUC ({n} seeds, mean ± std; 95 % user-bootstrap CI)",
+        "",
+        "| model | logloss | NE | NE 95% CI | AUC | TR |",
+        "|---|---|---|---|---|---|",
+    ]
+    tr_of = {
+        TR_MODELS[k].format(lag="0").removesuffix("@0"): v
+        for k, v in report["transfer_ratio"].items()
+    }
+    for name, m in report["models"].items():
+        lo, hi = m["ne_ci95"]
+        tr = tr_of.get(name)
+        lines.append(
+            f"| {name} | {_fmt(m['logloss'])} | {_fmt(m['ne'])} ± {_fmt(m['ne_std'])} | "
+            f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(m['auc'])} ± {_fmt(m['auc_std'])} | "
+            f"{_fmt(tr, 3) if tr is not None else ''} |"
+        )
+    lines += [
+        "",
+        "Transfer ratio TR = (NE_vm − NE_x) / (NE_vm − NE_fm) by FM-input lag Δ "
+        "(mean ± std over seeds [95 % CI]):",
+        "",
+        "| Δ | solaris (exact) | fm_logit | solaris (aggregate) | kd |",
+        "|---|---|---|---|---|",
+    ]
+    blocks = {"0": report, **report["lagged"]}
+    for lag, block in blocks.items():
+        cells = []
+        for name in ("solaris", "fm_logit", "solaris_aggregate"):
+            tr = block["transfer_ratio"].get(name)
+            std = block["transfer_ratio_std"].get(name)
+            lo, hi = block["transfer_ratio_ci95"].get(name, [float("nan")] * 2)
+            cells.append(f"{_fmt(tr, 3)} ± {_fmt(std, 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
+        kd = _fmt(report["transfer_ratio"].get("kd"), 3)
+        lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
+    secs = report["training_seconds"]
+    lines += [
+        "",
+        f"Training time: {secs['total']:.0f} s for {n} seeds "
+        f"(FM {np.mean(secs['fm_per_seed']):.0f} s per seed).",
+    ]
+    return "\n".join(lines)

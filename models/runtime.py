@@ -1,0 +1,275 @@
+"""Serving-side model runners: numpy in, numpy out, onnxruntime underneath. No torch.
+
+Used by the streaming engine: ``FMRunner`` computes interaction embeddings (the ``embed``
+agent), ``VMRunner`` scores speculated pairs (the ``verify`` agent), ``SolarisRunner`` is the
+ranker's VM reading FM embeddings with their tier. Feature code is shared with training
+(``models.features``), so a served model sees exactly the inputs it was trained on.
+
+Tier codes (the one-hot input of ``vm_solaris``) are plain ints here so this module depends on
+nothing of the store; ``store.tiers.Tier`` uses the same numbering:
+``TIER_EXACT = 0``, ``TIER_AGGREGATE = 1``, ``TIER_NEIGHBOURS = 2``, ``TIER_MISSING = 3``.
+
+Runners are thread-compatible, not thread-safe: give each worker thread its own (onnxruntime
+sessions themselves may be shared, but the runners keep no state besides them anyway). Calls block
+the calling thread for the duration of one ``InferenceSession.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from models.errors import InferenceError, InputError
+from models.features import RawHistory, Vocab, fm_inputs, vm_inputs
+
+log = logging.getLogger(__name__)
+
+TIER_EXACT = 0
+TIER_AGGREGATE = 1
+TIER_NEIGHBOURS = 2
+TIER_MISSING = 3
+N_TIERS = 4
+TIER_NAMES: tuple[str, ...] = ("exact", "aggregate", "neighbours", "missing")
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class UserHistory:
+    """A user's recent labelled impressions, oldest first (what the ``history`` agent keeps).
+
+    ``items`` int64 [k], ``labels`` int8 [k] (1 = engaged), ``times_ms`` int64 [k]
+    non-decreasing; k may exceed the FM's ``history_len`` (the runner keeps the last L before
+    the event time).
+    """
+
+    items: np.ndarray
+    labels: np.ndarray
+    times_ms: np.ndarray
+
+    def __post_init__(self) -> None:
+        k = self.items.shape[0] if self.items.ndim == 1 else -1
+        if k < 0 or self.labels.shape != (k,) or self.times_ms.shape != (k,):
+            raise InputError(
+                f"UserHistory arrays must be 1-D of one length, got {self.items.shape}, "
+                f"{self.labels.shape}, {self.times_ms.shape}"
+            )
+        if k > 1 and bool(np.any(np.diff(self.times_ms) < 0)):
+            raise InputError("UserHistory.times_ms must be non-decreasing (oldest first)")
+
+    @classmethod
+    def empty(cls) -> UserHistory:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64))
+
+    @classmethod
+    def of(
+        cls, items: Sequence[int], labels: Sequence[int], times_ms: Sequence[int]
+    ) -> UserHistory:
+        return cls(
+            np.asarray(items, dtype=np.int64),
+            np.asarray(labels, dtype=np.int8),
+            np.asarray(times_ms, dtype=np.int64),
+        )
+
+
+def available_providers() -> list[str]:
+    return list(ort.get_available_providers())
+
+
+class OnnxSession:
+    """An ``InferenceSession`` with our defaults: CUDA when available, fixed threads, warmed up.
+
+    ``run`` takes and returns numpy arrays by name; onnxruntime errors become
+    :class:`InferenceError`. ``provider`` is the execution provider actually used first.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        threads: int = 1,
+        providers: Sequence[str] | None = None,
+        warmup: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        wanted = list(providers) if providers else [CUDA, CPU]
+        usable = [p for p in wanted if p in available_providers()] or [CPU]
+        opts = ort.SessionOptions()
+        if threads > 0:
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(str(self.path), opts, providers=usable)
+        except Exception as exc:  # ORT raises its own exception family plus RuntimeError
+            raise InferenceError(f"cannot load {self.path}: {exc}") from exc
+        self.provider: str = self._session.get_providers()[0]
+        self.input_names = tuple(i.name for i in self._session.get_inputs())
+        self.output_names = tuple(o.name for o in self._session.get_outputs())
+        self.metadata: dict[str, str] = dict(self._session.get_modelmeta().custom_metadata_map)
+        if warmup:
+            self.run(self._dummy_inputs())
+        log.info("loaded %s on %s", self.path.name, self.provider)
+
+    def _dummy_inputs(self) -> dict[str, np.ndarray]:
+        out = {}
+        for node in self._session.get_inputs():
+            shape = [d if isinstance(d, int) else 2 for d in node.shape]
+            dtype = np.int64 if "int64" in node.type else np.float32
+            out[node.name] = np.ones(shape, dtype=dtype)
+        return out
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One blocking inference call."""
+        try:
+            outputs = self._session.run(None, dict(inputs))
+        except Exception as exc:
+            raise InferenceError(f"{self.path.name}: inference failed: {exc}") from exc
+        return dict(zip(self.output_names, outputs, strict=True))
+
+
+def _ids(name: str, values: Any, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or (n is not None and arr.shape[0] != n):
+        raise InputError(f"{name} must be 1-D of length {n}, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"{name} must be integers, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def cut_histories(
+    histories: Sequence[UserHistory], event_time_ms: np.ndarray, length: int
+) -> RawHistory:
+    """Last ``length`` entries of each history strictly before its event time, left-padded."""
+    b = len(histories)
+    items = np.zeros((b, length), np.int64)
+    labels = np.zeros((b, length), np.int8)
+    times = np.zeros((b, length), np.int64)
+    mask = np.zeros((b, length), bool)
+    for row, (hist, t) in enumerate(zip(histories, event_time_ms, strict=True)):
+        end = int(np.searchsorted(hist.times_ms, t, side="left"))  # strictly before t
+        start = max(0, end - length)
+        k = end - start
+        if k:
+            items[row, length - k :] = hist.items[start:end]
+            labels[row, length - k :] = hist.labels[start:end]
+            times[row, length - k :] = hist.times_ms[start:end]
+            mask[row, length - k :] = True
+    return RawHistory(items, labels, times, mask)
+
+
+class FMRunner:
+    """The FM: ``embed`` → (interaction embeddings float32 [B, d], logits float32 [B])."""
+
+    def __init__(
+        self,
+        session: OnnxSession,
+        item_vocab: Vocab,
+        history_len: int,
+        model_version: str,
+        dim: int,
+    ) -> None:
+        self.session = session
+        self.item_vocab = item_vocab
+        self.history_len = history_len
+        self.model_version = model_version
+        self.dim = dim
+
+    def embed(
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Embed B pairs as of ``event_time_ms`` (histories are cut strictly before it).
+
+        ``user_ids`` only fixes B here (the FM reads the user through the history).
+        """
+        users = _ids("user_ids", user_ids)
+        b = users.shape[0]
+        items = _ids("item_ids", item_ids, b)
+        times = _ids("event_time_ms", event_time_ms, b)
+        if len(histories) != b:
+            raise InputError(f"got {len(histories)} histories for {b} pairs")
+        if b == 0:
+            return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
+        raw = cut_histories(histories, times, self.history_len)
+        out = self.session.run(fm_inputs(self.item_vocab, items, times, raw))
+        return out["embedding"].astype(np.float32, copy=False), out["logit"].astype(
+            np.float32, copy=False
+        )
+
+
+class VMRunner:
+    """The baseline VM (the ``verify`` agent): ``score`` → probabilities float32 [B]."""
+
+    def __init__(self, session: OnnxSession, user_vocab: Vocab, item_vocab: Vocab) -> None:
+        self.session = session
+        self.user_vocab = user_vocab
+        self.item_vocab = item_vocab
+
+    def _base(
+        self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        users = _ids("user_ids", user_ids)
+        b = users.shape[0]
+        return vm_inputs(
+            self.user_vocab,
+            self.item_vocab,
+            users,
+            _ids("item_ids", item_ids, b),
+            _ids("event_time_ms", event_time_ms, b),
+        )
+
+    def score(
+        self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
+    ) -> np.ndarray:
+        inputs = self._base(user_ids, item_ids, event_time_ms)
+        if inputs["user"].shape[0] == 0:
+            return np.zeros(0, np.float32)
+        return self.session.run(inputs)["prob"].astype(np.float32, copy=False)
+
+
+class SolarisRunner(VMRunner):
+    """``vm_solaris`` (the ranker): VM inputs + FM embedding + tier → probabilities [B].
+
+    Rows whose tier is ``TIER_MISSING`` are scored with a zero embedding whatever was passed.
+    """
+
+    def __init__(
+        self, session: OnnxSession, user_vocab: Vocab, item_vocab: Vocab, dim: int
+    ) -> None:
+        super().__init__(session, user_vocab, item_vocab)
+        self.dim = dim
+
+    def score(  # type: ignore[override]
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        embeddings: np.ndarray,
+        tiers: np.ndarray,
+    ) -> np.ndarray:
+        inputs = self._base(user_ids, item_ids, event_time_ms)
+        b = inputs["user"].shape[0]
+        emb = np.asarray(embeddings, dtype=np.float32)
+        if emb.shape != (b, self.dim):
+            raise InputError(f"embeddings must be float32 [{b}, {self.dim}], got {emb.shape}")
+        tier = np.asarray(tiers)
+        if tier.shape != (b,):
+            raise InputError(f"tiers must be [{b}], got {tier.shape}")
+        tier = tier.astype(np.int64)
+        if b and (tier.min() < 0 or tier.max() >= N_TIERS):
+            raise InputError(f"tier codes must be in 0..{N_TIERS - 1}")
+        if b == 0:
+            return np.zeros(0, np.float32)
+        inputs["embedding"] = np.where((tier == TIER_MISSING)[:, None], 0.0, emb).astype(np.float32)
+        inputs["tier"] = tier
+        return self.session.run(inputs)["prob"].astype(np.float32, copy=False)
