@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from streams.cli import data_cmd, infra_cmd, topics_cmd
+from streams.cli import data_cmd, infra_cmd, topics_cmd, train_cmd
 
 app = typer.Typer(
     name="solaris",
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(infra_cmd.app, name="infra")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(data_cmd.app, name="data")
+train_cmd.register(app)
 
 
 @app.callback()
