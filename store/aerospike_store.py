@@ -45,8 +45,9 @@ class AerospikeStore:
             ) from exc
         self._aero_exc = aero_exc
         self.namespace = namespace
-        self._sets = {k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb")}
-        config = {"hosts": parse_hosts(hosts), "policies": {"key": aerospike.POLICY_KEY_DIGEST}}
+        self._sets = {k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "snap")}
+        # Keys are sent (POLICY_KEY_SEND) so snapshot scans can name their records.
+        config = {"hosts": parse_hosts(hosts), "policies": {"key": aerospike.POLICY_KEY_SEND}}
         try:
             self._client = aerospike.client(config).connect()
         except aero_exc.AerospikeError as exc:
@@ -96,6 +97,19 @@ class AerospikeStore:
         self._write(
             [(self._key("nb", str(r.user_id)), encode_neighbours(r)) for r in lists], ttl_ms
         )
+
+    def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
+        self._write([(self._key("snap", name), data)], ttl_ms)
+
+    def read_snapshots(self) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        try:
+            for key, _meta, bins in self._client.scan(self.namespace, self._sets["snap"]).results():
+                if bins and bins.get(_BIN) is not None and key[2] is not None:
+                    out[str(key[2])] = bytes(bins[_BIN])
+        except self._aero_exc.AerospikeError as exc:
+            raise StoreUnavailable(f"aerospike snapshot scan failed: {exc}") from exc
+        return out
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         keys = [self._key("pair", f"{u}:{i}") for u, i in batch.pairs]

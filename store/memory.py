@@ -66,6 +66,22 @@ class InMemoryStore:
             neighbours=[self._get(lay.neighbours(u), now) for u in batch.neighbours],
         )
 
+    def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
+        self._put(self._snapshot_key(name), data, ttl_ms)
+
+    def read_snapshots(self) -> dict[str, bytes]:
+        now = self._clock_ms()
+        prefix = self._snapshot_key("")
+        out = {}
+        for key in [k for k in self._data if k.startswith(prefix)]:
+            value = self._get(key, now)
+            if value is not None:
+                out[key[len(prefix) :].decode()] = value
+        return out
+
+    def _snapshot_key(self, name: str) -> bytes:
+        return f"{self.layout.prefix}:snap:{name}".encode()
+
     def __len__(self) -> int:
         return len(self._data)
 

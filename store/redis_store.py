@@ -83,6 +83,27 @@ class RedisStore:
         nb = self.layout.neighbours
         self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
 
+    def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
+        directory = f"{self.layout.prefix}:snaps"
+        try:
+            pipe = self._writer.pipeline(transaction=False)
+            pipe.set(f"{self.layout.prefix}:snap:{name}", data, px=ttl_ms)
+            pipe.sadd(directory, name)
+            pipe.pexpire(directory, ttl_ms)
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis snapshot write failed: {exc}") from exc
+
+    def read_snapshots(self) -> dict[str, bytes]:
+        try:
+            names = sorted(n.decode() for n in self._writer.smembers(f"{self.layout.prefix}:snaps"))
+            if not names:
+                return {}
+            values = self._writer.mget([f"{self.layout.prefix}:snap:{n}" for n in names])
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis snapshot read failed: {exc}") from exc
+        return {n: v for n, v in zip(names, values, strict=True) if v is not None}
+
     def keys_for(self, batch: ReadBatch) -> list[bytes]:
         """The keys one read of ``batch`` fetches, in result order."""
         lay = self.layout

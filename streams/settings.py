@@ -63,6 +63,27 @@ class Settings(BaseSettings):
         1, ge=0, description="onnxruntime intra-op threads (0 = ORT default)."
     )
 
+    # --- engine ---------------------------------------------------------------------------------
+    speculation_strategies: str = Field(
+        "candidates", description="Comma-separated speculation strategies (candidates, lookahead)."
+    )
+    speculation_budget: int = Field(0, ge=0, description="Max proposals per request (0 = no cap).")
+    refresh_after_ms: int = Field(
+        2 * HOUR_MS, ge=0, description="Do not re-embed a pair embedded less than this ago."
+    )
+    verifier_threshold: float | None = Field(None, description="Min VM score to embed a pair.")
+    verifier_top_k: int | None = Field(None, description="Max verified pairs per request.")
+    verifier_top_fraction: float | None = Field(
+        0.5, description="Max verified pairs per request as a share of its candidates."
+    )
+    neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
+    neighbour_interval_ms: int = Field(
+        10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."
+    )
+    bundle_dir: Path | None = Field(
+        None, description="Trained model bundle to serve (default: the newest under model_dir)."
+    )
+
     # --- limits ----------------------------------------------------------------------------------
     max_candidates: int = Field(1_000, gt=0, description="Largest accepted candidate list.")
 

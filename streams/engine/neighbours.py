@@ -60,6 +60,14 @@ class UserRepresentations:
         )
         self._seen_at[user_id] = event_time_ms
 
+    def vector(self, user_id: int) -> np.ndarray:
+        return self._vec[user_id]
+
+    def set(self, user_id: int, vector: np.ndarray, seen_at_ms: int) -> None:
+        """Restore a representation (e.g. from a Faust table after a restart)."""
+        self._vec[user_id] = np.asarray(vector, np.float32)
+        self._seen_at[user_id] = seen_at_ms
+
     def has(self, user_id: int) -> bool:
         return user_id in self._vec
 
@@ -111,6 +119,11 @@ class NeighbourIndex:
 
     def __len__(self) -> int:
         return len(self.user_ids)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """Unit-norm float32 ``[n, dim]`` (row i is user ``user_ids[i]``)."""
+        return self._vectors
 
     def query(
         self, vectors: np.ndarray, k: int, exclude: Sequence[int] = ()
@@ -168,3 +181,37 @@ def build_index(
     """An index over ``indexed_users`` that have a representation."""
     users = [u for u in indexed_users if reps.has(u)]
     return NeighbourIndex(users, reps.get(users), reps, config)
+
+
+class RefreshClock:
+    """When the next neighbour refresh is due, in event time (shared by simulator and workers)."""
+
+    def __init__(self, interval_ms: int, ttl_ms: int) -> None:
+        self.interval_ms = interval_ms
+        self.ttl_ms = ttl_ms
+        self.last_ms: int | None = None
+
+    def due(self, t: int) -> bool:
+        return self.last_ms is None or t - self.last_ms >= self.interval_ms
+
+    def start(self, t: int) -> int:
+        """Mark a refresh at ``t``; returns since when users count as active (last refresh)."""
+        since = self.last_ms if self.last_ms is not None else t - self.ttl_ms
+        self.last_ms = t
+        return since
+
+
+def refresh(
+    reps: UserRepresentations,
+    fresh_users: Sequence[int],
+    since_ms: int,
+    t: int,
+    config: NeighbourConfig,
+) -> tuple[NeighbourIndex, list[NeighbourList]]:
+    """Rebuild the index over ``fresh_users`` and the lists of users active since ``since_ms``.
+
+    Lists are (re)written only for users active since the previous refresh: older lists stay
+    valid for the neighbour TTL, and users not seen for a while use the cold-start query.
+    """
+    index = build_index(reps, fresh_users, config)
+    return index, index.lists_for(reps.active_since(since_ms), t)

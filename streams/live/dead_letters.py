@@ -27,16 +27,35 @@ class Origin:
     offset: int
 
 
-def dead_letter_for(origin: Origin, key: bytes | None, value: bytes | None, reason: str, error: str) -> DeadLetter:
+def dead_letter_for(
+    origin: Origin, key: bytes | None, value: bytes | None, reason: str, error: str
+) -> DeadLetter:
     DEAD_LETTERS.labels(origin.topic, reason).inc()
     log.warning(
-        "dead letter", extra={"topic": origin.topic, "partition": origin.partition, "offset": origin.offset,
-                              "reason": reason, "error": error[:200]},
+        "dead letter",
+        extra={
+            "topic": origin.topic,
+            "partition": origin.partition,
+            "offset": origin.offset,
+            "reason": reason,
+            "error": error[:200],
+        },
     )
-    return DeadLetter(origin.topic, origin.partition, origin.offset, reason, error[:2000], key, value, int(time.time() * 1000))
+    return DeadLetter(
+        origin.topic,
+        origin.partition,
+        origin.offset,
+        reason,
+        error[:2000],
+        key,
+        value,
+        int(time.time() * 1000),
+    )
 
 
-def decode(codec: Codec, value: bytes | None, expect: type[T], origin: Origin, key: bytes | None) -> T | DeadLetter:
+def decode(
+    codec: Codec, value: bytes | None, expect: type[T], origin: Origin, key: bytes | None
+) -> T | DeadLetter:
     """The decoded record, or the :class:`DeadLetter` to publish instead."""
     try:
         return codec.decode(value, expect)

@@ -21,7 +21,10 @@ async def write_with_retry(op: str, fn: Callable[[], T], max_wait_s: float = 5.0
 
     def _log(state: object) -> None:
         STORE_ERRORS.labels(op).inc()
-        log.warning("store write failed; retrying", extra={"op": op, "attempt": getattr(state, "attempt_number", 0)})
+        log.warning(
+            "store write failed; retrying",
+            extra={"op": op, "attempt": getattr(state, "attempt_number", 0)},
+        )
 
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type(StoreError),

@@ -25,7 +25,7 @@ from streams.engine.embedder import Embedder, EmbeddingModel
 from streams.engine.history import HistoryBook
 from streams.engine.ledger import record
 from streams.engine.lookahead import Lookahead
-from streams.engine.neighbours import ItemVectors, UserRepresentations, build_index
+from streams.engine.neighbours import ItemVectors, RefreshClock, UserRepresentations, refresh
 from streams.engine.ranker import SolarisScorer, rank
 from streams.engine.speculator import Speculator
 from streams.engine.verifier import PairScorer, Verifier
@@ -72,7 +72,9 @@ class Simulator:
         self.ledgers: dict[int, dict[int, int]] = {}
         self.agg_states: dict[int, AggregateState] = {}
         self.agg_newest: dict[int, int] = {}
-        self.last_refresh_ms: int | None = None
+        self.refresh_clock = RefreshClock(
+            config.neighbours.interval_ms, config.reader.neighbour_ttl_ms
+        )
         self.requests = 0
         self.coverage = CoverageCounter()
         self.labelled = CoverageCounter()
@@ -103,7 +105,6 @@ class Simulator:
             raise ValueError(f"events out of event-time order at request {r.request_id}")
         self.now_ms = t
         self.requests += 1
-        self._maybe_refresh_neighbours(t)
         res = rank(r, self.reader)
         self.read_ms.append(res.read_ms)
         self.coverage.add(res.tiers)
@@ -117,6 +118,8 @@ class Simulator:
             res.vectors if keep_vectors else np.zeros(0),
         )
 
+        # After ranking: what a refresh at t builds may serve only requests later than t.
+        self._maybe_refresh_neighbours(t)
         ledger = self.ledgers.setdefault(u, {})
         recent_positive = [e[0] for e in self.history.entries(u) if e[1]][-5:]
         proposals = self.speculator.propose(r, ledger, recent_positive)
@@ -157,23 +160,12 @@ class Simulator:
 
     def _maybe_refresh_neighbours(self, t: int) -> None:
         cfg = self.config
-        if self.reps is None or (
-            self.last_refresh_ms is not None
-            and t - self.last_refresh_ms < cfg.neighbours.interval_ms
-        ):
+        if self.reps is None or not self.refresh_clock.due(t):
             return
-        # Lists are (re)written for users active since the previous refresh: older lists stay
-        # valid for the neighbour TTL, and users not seen for a while use the cold-start query.
-        since = (
-            self.last_refresh_ms
-            if self.last_refresh_ms is not None
-            else t - cfg.reader.neighbour_ttl_ms
-        )
-        self.last_refresh_ms = t
+        since = self.refresh_clock.start(t)
         fresh = [u for u, tn in self.agg_newest.items() if t - tn <= cfg.reader.aggregate_ttl_ms]
-        index = build_index(self.reps, fresh, cfg.neighbours)
-        active = self.reps.active_since(since)
-        self.store.write_neighbours(index.lists_for(active, t), cfg.reader.neighbour_ttl_ms)
+        index, lists = refresh(self.reps, fresh, since, t, cfg.neighbours)
+        self.store.write_neighbours(lists, cfg.reader.neighbour_ttl_ms)
         self.reader.cold_start = index
 
     def _prune_pending(self) -> None:

@@ -92,3 +92,10 @@ class StoreContract:
         assert store.read(ReadBatch(pairs=[(9, 90)]), 500).pairs[0] is not None
         advance(ttl_ms + 600)
         assert store.read(ReadBatch(pairs=[(9, 90)]), 500).pairs[0] is None
+
+    def test_snapshots_round_trip(self, store: FeatureStore) -> None:
+        store.write_snapshot("w1", b"abc", HOUR)
+        store.write_snapshot("w2", b"\x00\x01", HOUR)
+        store.write_snapshot("w1", b"abcd", HOUR)
+        got = store.read_snapshots()
+        assert got["w1"] == b"abcd" and got["w2"] == b"\x00\x01"

@@ -1,0 +1,328 @@
+"""The Faust app: one agent per engine step, per-user state in RocksDB tables with changelogs.
+
+Topology (all topics keyed by user id, so one user's events and state share a partition)::
+
+    impressions ─► [history]                       (table history: last 2L interactions)
+    requests    ─► [speculate] ─► speculated       (reads table ledger; table reps)
+    speculated  ─► [verify: VM] ─► verified        (updates ledger; attaches history)
+    verified    ─► [embed: FM, micro-batches] ─► store pairs ─► embeddings
+    embeddings  ─► [aggregate] ─► store aggregates (table aggregates: 24 h buckets)
+    requests    ─► [neighbours, every interval of event time, before speculating]
+                   ─► store neighbour lists + KNN snapshot (cold-start index of the ranker)
+    any bad message ─► dead-letter
+
+Every agent runs with concurrency 1 (faust-streaming #606) and commits offsets only after its
+store writes returned (at-least-once; writes are idempotent by key). Store writes retry with
+backoff while the store is down, so the agent (and its offsets) wait instead of losing data.
+The ``embed`` role can run in its own app (consumer group) on GPU hosts: it needs no tables,
+since verified messages carry the user's history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import faust
+
+from schemas.records import (
+    DeadLetter,
+    EmbeddingBatch,
+    ImpressionEvent,
+    PairProposal,
+    ProposalBatch,
+    RequestEvent,
+)
+from streams.engine.aggregator import AggregateState
+from streams.engine.history import UserHistory, add_interaction, history_before
+from streams.engine.ledger import is_fresh, record
+from streams.live import metrics
+from streams.live.components import Components
+from streams.live.dead_letters import Origin, decode
+from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
+from streams.live.retry import write_with_retry
+from streams.live.state import (
+    history_from_table,
+    history_to_table,
+    ledger_from_table,
+    ledger_to_table,
+)
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+ROLES = ("history", "speculate", "verify", "embed", "aggregate", "neighbours")
+#: ``neighbours`` runs inside the requests agent (it needs the event-time clock of requests).
+STATEFUL = frozenset(ROLES) - {"embed"}
+
+
+def app_id(settings: Settings, roles: Iterable[str]) -> str:
+    """Consumer group / app id: the stateful pipeline and a stand-alone FM group differ."""
+    return (
+        f"{settings.topic_prefix}-fm"
+        if set(roles) == {"embed"}
+        else f"{settings.topic_prefix}-pipeline"
+    )
+
+
+def create_app(
+    settings: Settings, roles: Iterable[str], parts: Components, web_port: int | None = None
+) -> faust.App:
+    """Build the Faust app with the agents of ``roles`` (see :data:`ROLES`)."""
+    roles = frozenset(roles)
+    unknown = roles - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown roles {sorted(unknown)}; known: {ROLES}")
+    if "embed" not in roles and roles & STATEFUL != roles:
+        raise ValueError("bad role set")
+    aid = app_id(settings, roles)
+    datadir = settings.cache_dir / "run" / "faust" / aid
+    datadir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        aid,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="rocksdb://",
+        datadir=str(datadir),
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=settings.topic_replication,
+        topic_allow_declare=False,
+        web_enabled=web_port is not None,
+        web_port=web_port or 6066,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=100,
+        broker_commit_interval=1.0,
+        table_standby_replicas=0,
+        producer_acks=-1,
+    )
+    codec, P = parts.codec, settings.topic_partitions
+    topics = {
+        name: app.topic(
+            settings.topic(name),
+            key_type=bytes,
+            value_type=bytes,
+            partitions=P,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        for name in (
+            "requests",
+            "impressions",
+            "speculated",
+            "verified",
+            "embeddings",
+            "dead-letter",
+        )
+    }
+    L = settings.history_len
+    tables: dict[str, Any] = {}
+    if roles & STATEFUL:
+        for name in ("history", "ledger", "aggregates", "reps"):
+            tables[name] = app.Table(
+                name, default=None, partitions=P, key_serializer="json", value_serializer="json"
+            )
+
+    async def dead(dl: DeadLetter) -> None:
+        await topics["dead-letter"].send(key=dl.raw_key, value=codec.encode(dl))
+
+    def origin(event: Any) -> Origin:
+        m = event.message
+        return Origin(m.topic, m.partition, m.offset)
+
+    def user_key(user_id: int) -> bytes:
+        return str(user_id).encode()
+
+    if "history" in roles:
+        history = tables["history"]
+
+        @app.agent(topics["impressions"], concurrency=1)
+        async def on_impressions(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                rec = decode(codec, event.value, ImpressionEvent, origin(event), event.key)
+                if isinstance(rec, DeadLetter):
+                    await dead(rec)
+                    continue
+                entries = history_from_table(history.get(rec.user_id))
+                if parts.lookahead is not None:
+                    recent = [(i, t) for i, lab, t in entries if lab][-5:]
+                    parts.lookahead.observe(recent, rec.item_id, rec.label, rec.event_time_ms)
+                add_interaction(entries, rec.item_id, rec.label, rec.event_time_ms, 2 * L)
+                history[rec.user_id] = history_to_table(entries)
+
+    if "speculate" in roles:
+        ledger, history, reps = tables["ledger"], tables["history"], tables["reps"]
+        refresher = (
+            NeighbourRefresher(settings, parts, snapshot_name(aid))
+            if "neighbours" in roles and parts.reps is not None
+            else None
+        )
+
+        @app.agent(topics["requests"], concurrency=1)
+        async def on_requests(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                rec = decode(codec, event.value, RequestEvent, origin(event), event.key)
+                if isinstance(rec, DeadLetter):
+                    await dead(rec)
+                    continue
+                parts.now_ms = max(parts.now_ms, rec.event_time_ms)
+                if refresher is not None:
+                    await refresher.maybe_refresh(rec.event_time_ms, tables["aggregates"], reps)
+                recent = [i for i, lab, _ in history_from_table(history.get(rec.user_id)) if lab][
+                    -5:
+                ]
+                proposals = parts.speculator.propose(
+                    rec, ledger_from_table(ledger.get(rec.user_id)), recent
+                )
+                if parts.reps is not None:
+                    parts.reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
+                    reps[rec.user_id] = [parts.reps.vector(rec.user_id).tolist(), rec.event_time_ms]
+                for p in proposals:
+                    metrics.PROPOSALS.labels(p.strategy).inc()
+                if proposals:
+                    batch = ProposalBatch(
+                        rec.request_id,
+                        rec.user_id,
+                        rec.event_time_ms,
+                        len(rec.candidates),
+                        tuple(p.item_id for p in proposals),
+                        tuple(p.strategy for p in proposals),
+                    )
+                    await topics["speculated"].send(
+                        key=user_key(rec.user_id), value=codec.encode(batch)
+                    )
+
+    if "verify" in roles:
+        ledger, history = tables["ledger"], tables["history"]
+        refresh_after = parts.config.speculator.refresh_after_ms
+
+        @app.agent(topics["speculated"], concurrency=1)
+        async def on_speculated(stream: faust.StreamT) -> None:
+            async for events in stream.take_events(
+                settings.embed_batch_size, within=settings.embed_max_wait_ms / 1000
+            ):
+                batches: list[ProposalBatch] = []
+                for event in events:
+                    rec = decode(codec, event.value, ProposalBatch, origin(event), event.key)
+                    if isinstance(rec, DeadLetter):
+                        await dead(rec)
+                    else:
+                        batches.append(rec)
+                groups, ledgers = [], []
+                for b in batches:
+                    # Re-check freshness: a request speculated before the previous one's ledger
+                    # update landed must not embed the same pairs twice.
+                    led = ledger_from_table(ledger.get(b.user_id))
+                    ledgers.append(led)
+                    groups.append(
+                        [
+                            PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
+                            for i, s in zip(b.item_ids, b.strategies, strict=True)
+                            if not is_fresh(led, i, b.event_time_ms, refresh_after)
+                        ]
+                    )
+                if parts.verifier is not None:
+                    kept = parts.verifier.verify_many(groups, [b.candidates for b in batches])
+                else:
+                    kept = groups
+                for b, led, group, ok in zip(batches, ledgers, groups, kept, strict=True):
+                    metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
+                    if not ok:
+                        continue
+                    metrics.VERIFIED.inc(len(ok))
+                    record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
+                    ledger[b.user_id] = ledger_to_table(led)
+                    hist = history_before(
+                        history_from_table(history.get(b.user_id)), b.event_time_ms, L
+                    )
+                    out = ProposalBatch(
+                        b.request_id,
+                        b.user_id,
+                        b.event_time_ms,
+                        b.candidates,
+                        tuple(p.item_id for p in ok),
+                        tuple(p.strategy for p in ok),
+                        tuple(float(p.score or 0.0) for p in ok),
+                        tuple(hist.items.tolist()),
+                        tuple(hist.labels.tolist()),
+                        tuple(hist.times_ms.tolist()),
+                    )
+                    await topics["verified"].send(key=user_key(b.user_id), value=codec.encode(out))
+
+    if "embed" in roles:
+
+        @app.agent(topics["verified"], concurrency=1)
+        async def on_verified(stream: faust.StreamT) -> None:
+            async for events in stream.take_events(
+                settings.embed_batch_size, within=settings.embed_max_wait_ms / 1000
+            ):
+                batches: list[ProposalBatch] = []
+                for event in events:
+                    rec = decode(codec, event.value, ProposalBatch, origin(event), event.key)
+                    if isinstance(rec, DeadLetter):
+                        await dead(rec)
+                    else:
+                        batches.append(rec)
+                await _embed(batches)
+
+        async def _embed(batches: list[ProposalBatch]) -> None:
+            pairs: list[PairProposal] = []
+            histories: list[UserHistory] = []
+            for b in batches:
+                hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)
+                for item, strategy in zip(b.item_ids, b.strategies, strict=True):
+                    pairs.append(
+                        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
+                    )
+                    histories.append(hist)
+            if not pairs:
+                return
+            start = time.perf_counter()
+            embeddings = parts.embedder.embed(pairs, histories)
+            metrics.FM_LATENCY.observe(time.perf_counter() - start)
+            metrics.FM_BATCH_SIZE.observe(len(pairs))
+            await write_with_retry(
+                "write_pairs", lambda: parts.store.write_pairs(embeddings, settings.pair_ttl_ms)
+            )
+            metrics.EMBEDDED.inc(len(embeddings))
+            offset = 0
+            for b in batches:
+                mine = embeddings[offset : offset + len(b.item_ids)]
+                offset += len(b.item_ids)
+                if not mine:
+                    continue
+                first = mine[0]
+                out = EmbeddingBatch(
+                    b.request_id,
+                    b.user_id,
+                    b.event_time_ms,
+                    first.model_version,
+                    first.dtype,
+                    first.dim,
+                    tuple(e.item_id for e in mine),
+                    b"".join(e.vector for e in mine),
+                )
+                await topics["embeddings"].send(key=user_key(b.user_id), value=codec.encode(out))
+
+    if "aggregate" in roles:
+        aggregates = tables["aggregates"]
+
+        @app.agent(topics["embeddings"], concurrency=1)
+        async def on_embeddings(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                rec = decode(codec, event.value, EmbeddingBatch, origin(event), event.key)
+                if isinstance(rec, DeadLetter):
+                    await dead(rec)
+                    continue
+                state = AggregateState.from_json(aggregates.get(rec.user_id))
+                agg = parts.aggregator.add(state, rec.pairs())
+                if agg is not None:
+                    # Store first, then state: a crash in between re-adds the same pairs and
+                    # writes the same aggregate again (idempotent).
+                    await write_with_retry(
+                        "write_aggregates",
+                        lambda a=agg: parts.store.write_aggregates([a], settings.aggregate_ttl_ms),
+                    )
+                    metrics.AGGREGATES.inc()
+                    aggregates[rec.user_id] = state.to_json()
+
+    return app

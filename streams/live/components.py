@@ -1,0 +1,62 @@
+"""The engine objects one worker process needs, built once from settings and models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.codec import Codec
+from schemas.limits import Limits
+from store.protocol import FeatureStore
+from streams.engine.aggregator import RollingAggregator
+from streams.engine.embedder import Embedder
+from streams.engine.lookahead import Lookahead
+from streams.engine.neighbours import NeighbourConfig, UserRepresentations
+from streams.engine.speculator import Speculator, SpeculatorConfig
+from streams.engine.verifier import Verifier, VerifierConfig
+from streams.settings import Settings
+from streams.simulate.simulator import SimModels
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine knobs shared by the live pipeline and the simulator (parity needs the same ones)."""
+
+    speculator: SpeculatorConfig
+    verifier: VerifierConfig
+    neighbours: NeighbourConfig
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EngineConfig:
+        return cls(
+            SpeculatorConfig(
+                strategies=tuple(settings.speculation_strategies.split(",")),
+                budget=settings.speculation_budget,
+                refresh_after_ms=settings.refresh_after_ms,
+            ),
+            VerifierConfig(
+                threshold=settings.verifier_threshold,
+                top_k=settings.verifier_top_k,
+                top_fraction=settings.verifier_top_fraction,
+            ),
+            NeighbourConfig(k=settings.neighbours_k, interval_ms=settings.neighbour_interval_ms),
+        )
+
+
+class Components:
+    """Per-process engine state that is not in Faust tables (models, counters, local stats)."""
+
+    def __init__(self, settings: Settings, models: SimModels, store: FeatureStore) -> None:
+        cfg = EngineConfig.from_settings(settings)
+        self.settings = settings
+        self.config = cfg
+        self.models = models
+        self.store = store
+        self.codec = Codec(Limits(max_candidates=settings.max_candidates))
+        self.lookahead = Lookahead() if "lookahead" in cfg.speculator.strategies else None
+        self.speculator = Speculator(cfg.speculator, self.lookahead)
+        self.verifier = Verifier(models.vm, cfg.verifier) if models.vm is not None else None
+        self.embedder = Embedder(models.fm)
+        self.aggregator = RollingAggregator(settings.aggregate_window_ms)
+        self.reps = UserRepresentations(models.items) if models.items is not None else None
+        #: newest event time seen by this worker (drives event-time decisions in timers)
+        self.now_ms = 0

@@ -1,0 +1,63 @@
+"""The live neighbour refresh: run inside the requests agent every interval of *event time*,
+exactly when the simulator runs it, over this worker's users (its partitions)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import numpy as np
+
+from streams.engine.neighbours import RefreshClock, refresh
+from streams.live import metrics
+from streams.live.components import Components
+from streams.live.knn_snapshot import publish_snapshot
+from streams.live.retry import write_with_retry
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def snapshot_name(app_id: str) -> str:
+    """One snapshot per worker process (workers of one group own different partitions)."""
+    return f"{app_id}-{socket.gethostname()}-{os.getpid()}"
+
+
+class NeighbourRefresher:
+    def __init__(self, settings: Settings, parts: Components, name: str) -> None:
+        self.settings = settings
+        self.parts = parts
+        self.name = name
+        self.clock = RefreshClock(parts.config.neighbours.interval_ms, settings.neighbour_ttl_ms)
+        self._restored = False
+
+    async def maybe_refresh(self, t: int, aggregates: Any, reps_table: Any) -> None:
+        """Refresh when due at event time ``t`` (before the request at ``t`` is speculated)."""
+        reps, s = self.parts.reps, self.settings
+        if reps is None or not self.clock.due(t):
+            return
+        if not self._restored:  # after a restart the in-memory representations come back
+            for u, v in reps_table.items():
+                if v and not reps.has(int(u)):
+                    reps.set(int(u), np.asarray(v[0], np.float32), int(v[1]))
+            self._restored = True
+        since = self.clock.start(t)
+        fresh = [
+            int(u) for u, v in aggregates.items() if v and t - int(v["n"]) <= s.aggregate_ttl_ms
+        ]
+        index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)
+        store = self.parts.store
+        await write_with_retry(
+            "write_neighbours", lambda: store.write_neighbours(lists, s.neighbour_ttl_ms)
+        )
+        await write_with_retry(
+            "write_snapshot",
+            lambda: publish_snapshot(store, self.name, index, t, s.neighbour_ttl_ms),
+        )
+        metrics.NEIGHBOUR_LISTS.inc(len(lists))
+        log.info(
+            "neighbours refreshed",
+            extra={"indexed": len(index), "lists": len(lists), "event_time_ms": t},
+        )
