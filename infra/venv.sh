@@ -14,7 +14,14 @@ command -v "$PY" >/dev/null || { echo "[venv] $PY not found: install Python 3.11
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$pyver" = "3.11" ] || { echo "[venv] need Python 3.11, $PY is $pyver" >&2; exit 1; }
 
-hash=$( (cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" 2>/dev/null; echo "$pyver $EXTRAS") \
+# Key: the dependency declarations only (not tool settings), the lock file, Python and extras.
+deps=$("$PY" - "$ROOT/pyproject.toml" <<'PYEOF'
+import json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps([project.get("dependencies"), project.get("optional-dependencies")], sort_keys=True))
+PYEOF
+)
+hash=$( (echo "$deps"; cat "$ROOT/requirements.lock" 2>/dev/null; echo "$pyver $EXTRAS") \
         | sha256sum | cut -c1-12)
 VENV="$CACHE/venv-$hash"
 
@@ -31,6 +38,10 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/pip" install "${constraint[@]}" "${ROOT}[${EXTRAS}]"
   "$VENV/bin/pip" uninstall -q -y solaris
   touch "$VENV/.complete"
+  # Each venv holds several GB (torch): drop the ones of older dependency sets.
+  for old in "$CACHE"/venv-*; do
+    [ "$old" != "$VENV" ] && [ -d "$old" ] && { echo "[venv] removing stale $old"; rm -rf "$old"; }
+  done
 else
   echo "[venv] reusing $VENV"
 fi

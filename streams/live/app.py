@@ -124,6 +124,7 @@ def create_app(
 
     async def dead(dl: DeadLetter) -> None:
         await topics["dead-letter"].send(key=dl.raw_key, value=codec.encode(dl))
+        parts.count(**{f"dead_letters_{dl.reason}": 1})
 
     def origin(event: Any) -> Origin:
         m = event.message
@@ -229,6 +230,7 @@ def create_app(
                     if not ok:
                         continue
                     metrics.VERIFIED.inc(len(ok))
+                    parts.count(verified=len(ok), dropped=len(group) - len(ok))
                     record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
                     ledger[b.user_id] = ledger_to_table(led)
                     hist = history_before(
@@ -284,6 +286,7 @@ def create_app(
                 "write_pairs", lambda: parts.store.write_pairs(embeddings, settings.pair_ttl_ms)
             )
             metrics.EMBEDDED.inc(len(embeddings))
+            parts.count(embedded=len(embeddings), fm_batches=1)
             offset = 0
             for b in batches:
                 mine = embeddings[offset : offset + len(b.item_ids)]

@@ -13,6 +13,7 @@ from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import NeighbourConfig, UserRepresentations
 from streams.engine.speculator import Speculator, SpeculatorConfig
 from streams.engine.verifier import Verifier, VerifierConfig
+from streams.live.stats import LiveStats
 from streams.settings import Settings
 from streams.simulate.simulator import SimModels
 
@@ -60,3 +61,9 @@ class Components:
         self.reps = UserRepresentations(models.items) if models.items is not None else None
         #: newest event time seen by this worker (drives event-time decisions in timers)
         self.now_ms = 0
+        #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
+        self.stats = LiveStats(settings, "pipeline") if settings.store_backend == "redis" else None
+
+    def count(self, **counts: int) -> None:
+        if self.stats is not None:
+            self.stats.add(dict(counts))

@@ -8,6 +8,7 @@ from store.reader import ReaderConfig
 from streams.engine.neighbours import NeighbourConfig
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
+from streams.settings import Settings
 
 HOUR_MS = 3_600_000
 
@@ -30,3 +31,33 @@ class SimConfig:
     @property
     def pair_ttl_ms(self) -> int:
         return self.reader.pair_ttl_ms
+
+
+def reader_config(settings: Settings, dim: int) -> ReaderConfig:
+    """The ranker's reader knobs from settings (one place, so live and offline agree)."""
+    return ReaderConfig(
+        dim=dim,
+        pair_ttl_ms=settings.pair_ttl_ms,
+        aggregate_ttl_ms=settings.aggregate_ttl_ms,
+        neighbour_ttl_ms=settings.neighbour_ttl_ms,
+        deadline_ms=settings.read_deadline_ms,
+        max_neighbours=settings.neighbours_k,
+    )
+
+
+def sim_config_from_settings(
+    settings: Settings, dim: int, test_start_ms: int | None = None
+) -> SimConfig:
+    """The simulator configured exactly like the live pipeline of ``settings``."""
+    from streams.live.components import EngineConfig
+
+    engine = EngineConfig.from_settings(settings)
+    return SimConfig(
+        speculator=engine.speculator,
+        verifier=engine.verifier,
+        neighbours=engine.neighbours,
+        reader=reader_config(settings, dim),
+        history_len=settings.history_len,
+        aggregate_window_ms=settings.aggregate_window_ms,
+        test_start_ms=test_start_ms,
+    )

@@ -58,5 +58,10 @@ class SpeculationLedger:
             self._served.add((user_id, item, event_time_ms - age))
 
     @property
+    def served(self) -> int:
+        """Distinct embeddings (user, item, event time) served as exact at least once."""
+        return len(self._served)
+
+    @property
     def precision(self) -> float:
         return len(self._served) / self.embedded if self.embedded else 0.0

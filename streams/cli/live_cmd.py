@@ -1,0 +1,246 @@
+"""``solaris worker | ranker | replay | lag | coverage``: the live pipeline's commands."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from streams.settings import Settings
+
+console = Console()
+
+
+def worker(
+    agents: Annotated[
+        str,
+        typer.Option(
+            "--agents",
+            help="Comma-separated roles: history,speculate,verify,embed,aggregate,neighbours or 'all'.",
+        ),
+    ] = "all",
+    web_port: Annotated[
+        int | None, typer.Option("--web-port", help="Faust web port (default: none).")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
+    ] = None,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="Model bundle (default: settings / newest).")
+    ] = None,
+) -> None:
+    """Start a Faust worker of the pipeline (several may run in one consumer group)."""
+    import faust
+    from prometheus_client import start_http_server
+
+    from store.factory import open_store
+    from streams.live.app import ROLES, create_app
+    from streams.live.components import Components
+    from streams.models_loader import load_models
+
+    settings = Settings()
+    roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
+    if "embed" in roles and len(roles) > 1 and roles != set(ROLES):
+        console.print("[red]run 'embed' alone (its own group) or with every role ('all')[/red]")
+        raise typer.Exit(2)
+    models, path = load_models(settings, bundle)
+    store = open_store(
+        settings.store_backend,
+        url=settings.store_url,
+        aerospike_hosts=settings.aerospike_hosts,
+        aerospike_namespace=settings.aerospike_namespace,
+        key_prefix=settings.key_prefix,
+    )
+    parts = Components(settings, models, store)
+    app = create_app(settings, roles, parts, web_port)
+    if metrics_port:
+        start_http_server(metrics_port)
+    console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
+    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+
+
+def ranker(
+    group: Annotated[
+        str | None, typer.Option("--group", help="Consumer group (default <prefix>-ranker).")
+    ] = None,
+    no_scores: Annotated[
+        bool, typer.Option("--no-scores", help="Do not write the scores topic.")
+    ] = False,
+    metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+    exit_when_idle: Annotated[
+        float | None, typer.Option("--exit-when-idle", help="Stop after this many idle seconds.")
+    ] = None,
+    bundle: Annotated[Path | None, typer.Option("--bundle")] = None,
+) -> None:
+    """Run the ranker service: tiered lookups + vm_solaris per request, coverage measured live."""
+    from prometheus_client import start_http_server
+
+    from store.factory import open_store
+    from store.reader import FeatureReader
+    from streams.live.ranker_service import RankerOptions, RankerService
+    from streams.models_loader import load_models
+    from streams.simulate.config import reader_config
+
+    settings = Settings()
+    models, _ = load_models(settings, bundle)
+    store = open_store(
+        settings.store_backend,
+        url=settings.store_url,
+        aerospike_hosts=settings.aerospike_hosts,
+        aerospike_namespace=settings.aerospike_namespace,
+        key_prefix=settings.key_prefix,
+    )
+    reader = FeatureReader(store, reader_config(settings, models.fm.dim))
+    options = RankerOptions(
+        group or f"{settings.topic_prefix}-ranker", not no_scores, exit_when_idle_s=exit_when_idle
+    )
+    service = RankerService(settings, reader, models.solaris, models.items, options)
+    if metrics_port:
+        start_http_server(metrics_port)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    signal.signal(signal.SIGINT, lambda *_: service.stop())
+    console.print(f"ranker: group {options.group_id}")
+    service.run()
+    console.print(
+        f"ranker: {service.requests} requests ranked, coverage {service.coverage.cumulative()}"
+    )
+
+
+def _parse_time(text: str) -> int:
+    """Epoch ms, or an ISO-8601 time (UTC when no zone is given)."""
+    from datetime import UTC, datetime
+
+    if text.isdigit():
+        return int(text)
+    dt = datetime.fromisoformat(text)
+    return int((dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def replay(
+    file: Annotated[
+        Path | None, typer.Argument(help="Recorded-traffic file.", exists=True, dir_okay=False)
+    ] = None,
+    speed: Annotated[
+        float,
+        typer.Option(
+            "--speed", min=0, help="Event-time seconds per wall second; 0 = as fast as possible."
+        ),
+    ] = 0.0,
+    lockstep: Annotated[
+        bool,
+        typer.Option(
+            "--lockstep", help="Wait for the pipeline to drain before each request (parity runs)."
+        ),
+    ] = False,
+    from_topic: Annotated[str | None, typer.Option("--from-topic")] = None,
+    start: Annotated[
+        str | None, typer.Option("--start", help="Range start: epoch ms or ISO time.")
+    ] = None,
+    end: Annotated[str | None, typer.Option("--end", help="Range end (exclusive).")] = None,
+    to_topic: Annotated[str | None, typer.Option("--to-topic")] = None,
+) -> None:
+    """Produce recorded traffic to Kafka (timestamps = event time), or re-play a topic's time range."""
+    from streams.replay import replay_file, replay_topic_range
+
+    settings = Settings()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        if from_topic is not None:
+            if not (start and end and to_topic):
+                console.print("[red]--from-topic needs --start, --end and --to-topic[/red]")
+                raise typer.Exit(2)
+            task = progress.add_task(f"re-playing {from_topic}", total=None)
+            stats = replay_topic_range(
+                settings,
+                from_topic,
+                _parse_time(start),
+                _parse_time(end),
+                to_topic,
+                lambda n: progress.update(task, completed=n),
+            )
+        elif file is not None:
+            from models.data.traffic import traffic_metadata
+
+            total = traffic_metadata(file).get("events")
+            task = progress.add_task(
+                f"replaying {file.name} at {'max' if speed == 0 else f'{speed:g}x'}", total=total
+            )
+            lock = _lockstep(settings) if lockstep else None
+            stats = replay_file(
+                settings, file, speed, lock, lambda n: progress.update(task, completed=n)
+            )
+        else:
+            console.print("[red]give a traffic FILE or --from-topic[/red]")
+            raise typer.Exit(2)
+    console.print(
+        f"replayed {stats.messages} messages ({stats.requests} requests, {stats.impressions} "
+        f"impressions) in {stats.seconds:.1f} s: {stats.rate:,.0f} msg/s"
+    )
+
+
+def _lockstep(settings: Settings):
+    from streams.lag import LagReader
+
+    reader = LagReader(settings)
+    topics = [
+        settings.topic(t)
+        for t in ("requests", "impressions", "speculated", "verified", "embeddings")
+    ]
+
+    def wait() -> None:
+        groups = reader.groups()
+        if not reader.wait_drained(groups, topics, timeout_s=120):
+            raise typer.Exit(1)
+
+    return wait
+
+
+def lag(
+    group: Annotated[
+        list[str] | None, typer.Option("--group", help="Group(s); default all SOLARIS groups.")
+    ] = None,
+) -> None:
+    """Consumer lag per group / topic / partition (committed vs end offsets)."""
+    from streams.lag import LagReader
+
+    settings = Settings()
+    reader = LagReader(settings)
+    try:
+        rows = reader.lag(group or reader.groups())
+    finally:
+        reader.close()
+    table = Table("group", "topic", "partition", "committed", "end", "lag")
+    for r in rows:
+        table.add_row(r.group, r.topic, str(r.partition), str(r.committed), str(r.end), str(r.lag))
+    console.print(table)
+    console.print(f"max lag {max((r.lag for r in rows), default=0)}")
+
+
+def coverage(
+    watch: Annotated[float | None, typer.Option("--watch", help="Refresh every N seconds.")] = None,
+) -> None:
+    """The live coverage table (from the ranker's and workers' shared counters)."""
+    from streams.live.report import coverage_table
+
+    settings = Settings()
+    while True:
+        console.print(coverage_table(settings))
+        if watch is None:
+            return
+        time.sleep(watch)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (worker, ranker, replay, lag, coverage):
+        app.command(fn.__name__)(fn)

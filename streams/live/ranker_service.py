@@ -1,0 +1,203 @@
+"""The ranker service: plays the production ranker so coverage is measured live.
+
+Consumes ``requests`` (its own consumer group), and per request: one ``FeatureReader.lookup``
+(≤ 2 store round trips, never raises, answers "missing" within its deadline on store trouble),
+``vm_solaris`` scoring, then records tiers, read latency and scores (Prometheus, the shared
+stats hash, and optionally the ``scores`` topic). Malformed requests are counted and skipped:
+the pipeline's requests consumer owns dead-lettering that topic.
+
+Cold start: every ``snapshot_every_s`` it reloads the workers' KNN snapshots from the store and
+serves neighbours to users without a neighbour list from the request's own candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from schemas.codec import Codec
+from schemas.errors import SchemaError
+from schemas.limits import Limits
+from schemas.records import RequestEvent
+from store.errors import StoreError
+from store.reader import FeatureReader
+from store.tiers import TIER_NAMES
+from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
+from streams.engine.ranker import SolarisScorer, rank
+from streams.live import metrics
+from streams.live.knn_snapshot import decode_snapshot, merged_index
+from streams.live.stats import LiveStats
+from streams.settings import Settings
+from streams.simulate.coverage import CoverageCounter, SpeculationLedger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RankerOptions:
+    group_id: str
+    write_scores: bool = True
+    snapshot_every_s: float = 2.0
+    stats_every: int = 200
+    #: stop after this many idle seconds once at least one request was ranked (demo/tests)
+    exit_when_idle_s: float | None = None
+
+
+class RankerService:
+    def __init__(
+        self,
+        settings: Settings,
+        reader: FeatureReader,
+        scorer: SolarisScorer | None,
+        items: ItemVectors | None,
+        options: RankerOptions,
+    ) -> None:
+        self.settings = settings
+        self.reader = reader
+        self.scorer = scorer
+        self.items = items
+        self.options = options
+        self.codec = Codec(Limits(max_candidates=settings.max_candidates))
+        self.coverage = CoverageCounter()
+        self.speculation = SpeculationLedger()
+        self.read_ms: list[float] = []
+        self.requests = 0
+        self.bad = 0
+        self.stats = LiveStats(settings, "ranker")
+        self._stop = threading.Event()
+        self._last_snapshot = 0.0
+        self._published_timeouts = self._published_errors = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        s = self.settings
+        consumer = Consumer(
+            {
+                "bootstrap.servers": s.kafka_bootstrap,
+                "group.id": self.options.group_id,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+            }
+        )
+        producer = (
+            Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20})
+            if self.options.write_scores
+            else None
+        )
+        consumer.subscribe([s.topic("requests")])
+        idle_since = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    if (
+                        self.options.exit_when_idle_s is not None
+                        and self.requests
+                        and time.monotonic() - idle_since > self.options.exit_when_idle_s
+                    ):
+                        break
+                    self._maybe_reload_snapshots()
+                    continue
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("consumer error", extra={"error": str(msg.error())})
+                    continue
+                idle_since = time.monotonic()
+                self._handle(msg.value(), producer)
+                if producer is not None:
+                    producer.poll(0)
+        finally:
+            self._publish()
+            consumer.close()
+            if producer is not None:
+                producer.flush(10)
+            self.stats.close()
+
+    def _handle(self, value: bytes | None, producer: Producer | None) -> None:
+        try:
+            request = self.codec.decode(value, RequestEvent)
+        except SchemaError as exc:
+            self.bad += 1
+            log.warning("skipping malformed request", extra={"reason": exc.reason})
+            return
+        self._maybe_reload_snapshots()
+        result = rank(request, self.reader, self.scorer)
+        self.requests += 1
+        self.read_ms.append(result.read_ms)
+        self.coverage.add(result.tiers)
+        self.speculation.on_served(
+            request.user_id, result.item_ids, result.ages_ms, result.tiers, request.event_time_ms
+        )
+        metrics.READ_LATENCY.observe(result.read_ms / 1000.0)
+        for code, count in enumerate(np.bincount(result.tiers, minlength=4)):
+            if count:
+                metrics.LOOKUPS.labels(TIER_NAMES[code]).inc(int(count))
+        if producer is not None:
+            body = {
+                "request_id": request.request_id,
+                "user_id": request.user_id,
+                "event_time_ms": request.event_time_ms,
+                "items": result.item_ids.tolist(),
+                "scores": [round(float(x), 6) for x in result.scores],
+                "tiers": result.tiers.tolist(),
+            }
+            producer.produce(
+                self.settings.topic("scores"),
+                key=str(request.user_id).encode(),
+                value=json.dumps(body).encode(),
+                timestamp=request.event_time_ms,
+            )
+        if self.requests % self.options.stats_every == 0:
+            self._publish()
+
+    def _maybe_reload_snapshots(self) -> None:
+        if (
+            self.items is None
+            or time.monotonic() - self._last_snapshot < self.options.snapshot_every_s
+        ):
+            return
+        self._last_snapshot = time.monotonic()
+        try:
+            raw = self.reader.store.read_snapshots()
+        except StoreError:
+            return
+        snaps = []
+        for blob in raw.values():
+            try:
+                snaps.append(decode_snapshot(blob))
+            except StoreError:
+                continue
+        if snaps:
+            reps = UserRepresentations(self.items)
+            index, _ = merged_index(snaps, reps, NeighbourConfig(k=self.settings.neighbours_k))
+            self.reader.cold_start = index
+
+    def _publish(self) -> None:
+        st = self.reader.stats
+        counts = dict(
+            zip((f"lookups_{n}" for n in TIER_NAMES), self.coverage.counts.tolist(), strict=True)
+        )
+        self.stats.set(
+            {
+                **counts,
+                "requests": self.requests,
+                "bad_requests": self.bad,
+                "served_distinct": self.speculation.served,
+                "timeouts": st.timeouts,
+                "store_errors": st.store_errors,
+                "read_ms_p50": float(np.percentile(self.read_ms, 50)) if self.read_ms else 0.0,
+                "read_ms_p99": float(np.percentile(self.read_ms, 99)) if self.read_ms else 0.0,
+            }
+        )
+        metrics.READER_TIMEOUTS.inc(st.timeouts - self._published_timeouts)
+        metrics.READER_STORE_ERRORS.inc(st.store_errors - self._published_errors)
+        self._published_timeouts, self._published_errors = st.timeouts, st.store_errors

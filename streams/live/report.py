@@ -1,0 +1,70 @@
+"""The live summary: coverage by tier, FM cost, precision, dead letters, read latency, lag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from store.tiers import TIER_NAMES
+from streams.live.stats import read_stats
+from streams.settings import Settings
+
+
+def live_summary(settings: Settings) -> dict[str, Any]:
+    """Totals from the shared stats hashes (ranker + pipeline)."""
+    stats = read_stats(settings)
+    rk, pl = stats["ranker"], stats["pipeline"]
+    lookups = {n: rk.get(f"lookups_{n}", 0.0) for n in TIER_NAMES}
+    total = sum(lookups.values()) or 1.0
+    share = {n: v / total for n, v in lookups.items()}
+    requests = rk.get("requests", 0.0)
+    embedded = pl.get("embedded", 0.0)
+    return {
+        "requests": int(requests),
+        "lookups": int(sum(lookups.values())),
+        "coverage": share,
+        "cumulative": {
+            "exact": share["exact"],
+            "with_aggregate": share["exact"] + share["aggregate"],
+            "with_neighbours": share["exact"] + share["aggregate"] + share["neighbours"],
+        },
+        "fm_pairs": int(embedded),
+        "fm_pairs_per_request": embedded / requests if requests else 0.0,
+        "speculation_precision": rk.get("served_distinct", 0.0) / embedded if embedded else 0.0,
+        "dead_letters": {
+            k.removeprefix("dead_letters_"): int(v)
+            for k, v in pl.items()
+            if k.startswith("dead_letters_")
+        },
+        "read_ms": {"p50": rk.get("read_ms_p50", 0.0), "p99": rk.get("read_ms_p99", 0.0)},
+        "reader_timeouts": int(rk.get("timeouts", 0.0)),
+        "reader_store_errors": int(rk.get("store_errors", 0.0)),
+    }
+
+
+def coverage_table(
+    settings: Settings, summary: dict[str, Any] | None = None, max_lag: int | None = None
+) -> Table:
+    s = summary or live_summary(settings)
+    table = Table("metric", "value", title="SOLARIS live")
+    cum = s["cumulative"]
+    table.add_row("requests ranked / lookups", f"{s['requests']:,} / {s['lookups']:,}")
+    table.add_row("coverage exact", f"{cum['exact']:.3f}")
+    table.add_row("coverage + aggregate", f"{cum['with_aggregate']:.3f}")
+    table.add_row("coverage + neighbours", f"{cum['with_neighbours']:.3f}")
+    table.add_row(
+        "FM pairs per request", f"{s['fm_pairs_per_request']:.2f} ({s['fm_pairs']:,} pairs)"
+    )
+    table.add_row("speculation precision", f"{s['speculation_precision']:.3f}")
+    dl = s["dead_letters"]
+    table.add_row("dead letters", f"{sum(dl.values())} " + (str(dl) if dl else ""))
+    table.add_row(
+        "read latency p50 / p99", f"{s['read_ms']['p50']:.2f} / {s['read_ms']['p99']:.2f} ms"
+    )
+    table.add_row(
+        "reader timeouts / store errors", f"{s['reader_timeouts']} / {s['reader_store_errors']}"
+    )
+    if max_lag is not None:
+        table.add_row("max consumer lag", str(max_lag))
+    return table

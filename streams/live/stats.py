@@ -1,0 +1,61 @@
+"""Live counters shared by workers and the ranker through one Redis hash per role.
+
+Prometheus metrics are per process; ``solaris coverage`` and the demo's final table need totals
+across processes, so every process also adds its counts to ``<key_prefix>:stats:<role>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis
+
+from streams.settings import Settings
+
+
+class LiveStats:
+    """``HINCRBY``/``HSET`` on a stats hash; errors are swallowed (monitoring must not stall work)."""
+
+    def __init__(self, settings: Settings, role: str) -> None:
+        self.key = f"{settings.key_prefix}:stats:{role}"
+        self._client = redis.Redis.from_url(
+            settings.store_url, socket_timeout=1.0, socket_connect_timeout=1.0
+        )
+
+    def add(self, counts: dict[str, int | float]) -> None:
+        with contextlib.suppress(redis.RedisError):
+            pipe = self._client.pipeline(transaction=False)
+            for field, value in counts.items():
+                if isinstance(value, float):
+                    pipe.hincrbyfloat(self.key, field, value)
+                else:
+                    pipe.hincrby(self.key, field, value)
+            pipe.execute()
+
+    def set(self, values: dict[str, float | int | str]) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self._client.hset(self.key, mapping=values)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def read_stats(settings: Settings) -> dict[str, dict[str, float]]:
+    """All stats hashes by role (``ranker``, ``pipeline``), values as floats."""
+    client = redis.Redis.from_url(settings.store_url, socket_timeout=2.0)
+    try:
+        out = {}
+        for role in ("ranker", "pipeline"):
+            raw = client.hgetall(f"{settings.key_prefix}:stats:{role}")
+            out[role] = {k.decode(): float(v) for k, v in raw.items()}
+        return out
+    finally:
+        client.close()
+
+
+def reset_stats(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.store_url, socket_timeout=2.0)
+    try:
+        client.delete(*(f"{settings.key_prefix}:stats:{r}" for r in ("ranker", "pipeline")))
+    finally:
+        client.close()

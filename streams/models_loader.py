@@ -1,0 +1,64 @@
+"""Load the served models (a trained bundle) as the engine's model interfaces."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from streams.errors import StreamsError
+from streams.settings import Settings
+from streams.simulate.simulator import SimModels
+
+log = logging.getLogger(__name__)
+ITEM_VECTORS = "item_vectors.npz"
+
+
+class BundleItemVectors:
+    """Item vectors of a bundle (``item_vectors.npz``: sorted ``ids`` int64, ``vectors`` float32);
+    unknown items map to zeros."""
+
+    def __init__(self, path: Path) -> None:
+        with np.load(path, allow_pickle=False) as z:
+            self.ids = z["ids"].astype(np.int64)
+            self.table = z["vectors"].astype(np.float32)
+        self.dim = int(self.table.shape[1])
+
+    def lookup(self, item_ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(item_ids, np.int64)
+        pos = np.searchsorted(self.ids, ids)
+        pos = np.clip(pos, 0, max(len(self.ids) - 1, 0))
+        found = (self.ids[pos] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        out = np.zeros((len(ids), self.dim), np.float32)
+        out[found] = self.table[pos[found]]
+        return out
+
+
+def newest_bundle(model_dir: Path) -> Path:
+    bundles = sorted(model_dir.glob("bundle-*"), key=lambda p: p.stat().st_mtime)
+    if not bundles:
+        raise StreamsError(f"no trained bundle under {model_dir}: run `solaris train` first")
+    return bundles[-1]
+
+
+def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[SimModels, Path]:
+    """The bundle's FM, VM, vm_solaris and item vectors (``settings.bundle_dir`` or newest)."""
+    from models.bundle import load_bundle
+
+    path = bundle_dir or settings.bundle_dir or newest_bundle(settings.model_dir)
+    bundle = load_bundle(path, threads=settings.onnx_threads)
+    items = BundleItemVectors(path / ITEM_VECTORS) if (path / ITEM_VECTORS).is_file() else None
+    if items is None:
+        log.warning(
+            "bundle has no item vectors: neighbour tier disabled", extra={"bundle": str(path)}
+        )
+    log.info(
+        "models loaded",
+        extra={
+            "bundle": str(path),
+            "version": bundle.meta.model_version,
+            "provider": bundle.fm.session.provider,
+        },
+    )
+    return SimModels(bundle.fm, bundle.vm, bundle.solaris, items), path
