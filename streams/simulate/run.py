@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from schemas.records import ImpressionEvent, RequestEvent
+from store.protocol import FeatureStore
 from streams.engine.speculator import SpeculatorConfig
 from streams.simulate.baselines import NullFM, RandomScorer
 from streams.simulate.config import SimConfig
@@ -41,9 +42,13 @@ def simulate(
     *,
     with_random: bool = True,
     progress: Progress | None = None,
+    store: FeatureStore | None = None,
 ) -> dict[str, Any]:
-    """Run achieved + oracle (+ random) and return the report dict (see :mod:`.report`)."""
-    achieved = _run("speculative", events, config, models, progress)
+    """Run achieved + oracle (+ random) and return the report dict (see :mod:`.report`).
+
+    ``store`` (e.g. Redis) serves the achieved run; reference runs use the in-memory store.
+    """
+    achieved = _run("speculative", events, config, models, progress, store)
     null = NullFM(config.reader.dim)
     oracle = _run(
         "oracle", events, oracle_config(config), SimModels(null, items=models.items), progress

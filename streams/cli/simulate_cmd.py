@@ -1,0 +1,108 @@
+"""``solaris simulate``: the whole engine in-process over recorded traffic, with the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
+from streams.settings import Settings
+
+console = Console()
+
+
+def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
+    from models.bundle import ensure_bundle
+    from models.config import TrainConfig
+
+    if settings.bundle_dir is not None:
+        return settings.bundle_dir
+    task = progress.add_task("models for this traffic (cached)", total=None)
+    path = ensure_bundle(
+        traffic,
+        TrainConfig.from_settings(settings),
+        settings.model_dir,
+        lambda msg: progress.update(task, description=msg),
+    )
+    progress.remove_task(task)
+    return path
+
+
+def simulate(
+    traffic: TrafficOpt = None,
+    dataset: DatasetOpt = None,
+    data_dir: DataDirOpt = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    store: Annotated[
+        str, typer.Option("--store", help="memory (event-time clock) or redis.")
+    ] = "memory",
+    sweep: Annotated[
+        bool, typer.Option("--sweep", help="Also run the budget x TTL grid (+ PNG).")
+    ] = False,
+    no_random: Annotated[
+        bool, typer.Option("--no-random", help="Skip the random-selection baseline.")
+    ] = False,
+) -> None:
+    """Replay traffic through speculate → verify → embed → aggregate → neighbours → rank, offline."""
+    from models.data.traffic import read_traffic
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from streams.simulate.report import markdown_table
+    from streams.simulate.run import simulate as run_simulation
+
+    settings = Settings()
+    path = _resolve_traffic(dataset, traffic, data_dir, settings)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        bundle = _bundle(path, settings, progress)
+        models, _ = load_models(settings, bundle)
+        from models.bundle import BundleMeta
+
+        meta = BundleMeta.read(bundle / "meta.json")
+        bounds = meta.extra.get("split_boundaries_ms")
+        config = sim_config_from_settings(
+            settings, models.fm.dim, int(bounds[3]) if bounds else None
+        )
+        if store == "redis":
+            raise typer.BadParameter(
+                "--store redis: use the live pipeline (`make demo`) for Redis runs"
+            )
+        task = progress.add_task("simulating", total=None)
+
+        def tick(name: str, n: int) -> None:
+            progress.update(task, description=f"simulating ({name}): {n:,} events")
+
+        report: dict[str, Any] = run_simulation(
+            lambda: read_traffic(path), config, models, with_random=not no_random, progress=tick
+        )
+        report["traffic"] = str(path)
+        report["bundle"] = str(bundle)
+        report["dataset"] = meta.dataset
+        if sweep:
+            from streams.simulate.sweep import plot
+            from streams.simulate.sweep import sweep as run_sweep
+
+            report["sweep"] = run_sweep(
+                lambda: read_traffic(path),
+                config,
+                models,
+                progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
+            )
+            if json_path is not None:
+                png = plot(report["sweep"], json_path.with_suffix(".png"), meta.dataset)
+                report["sweep_png"] = str(png) if png else None
+    console.print(Markdown(markdown_table(report)))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2, default=float))
+        console.print(f"report written to {json_path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)
