@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SOLARIS := $(VENV)/bin/solaris
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock test test-unit lint format infra-up infra-down
+.PHONY: help setup lock demo test test-unit lint format infra-up infra-down
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ setup:  ## create/reuse the cached virtualenv and install this clone into it
 lock: setup  ## regenerate requirements.lock from the current venv
 	@(echo "# Pinned versions used to build the cached virtualenv (infra/venv.sh); regenerate with 'make lock'."; \
 	  $(PY) -m pip freeze --exclude-editable | grep -v '^solaris') > requirements.lock
+
+demo: setup  ## the main job end to end (DATASET=synthetic|movielens|taobao, DATA_DIR=...)
+	@$(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
 
 test: setup  ## all tests (unit + integration on a real Kafka and Redis started for the run)
 	@SOLARIS_REQUIRE_SERVICES=1 bash infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)

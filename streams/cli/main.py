@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import typer
 
-from streams.cli import data_cmd, infra_cmd, live_cmd, simulate_cmd, topics_cmd, train_cmd
+from streams.cli import (
+    data_cmd,
+    demo_cmd,
+    infra_cmd,
+    live_cmd,
+    simulate_cmd,
+    topics_cmd,
+    train_cmd,
+)
 
 app = typer.Typer(
     name="solaris",
@@ -22,6 +30,7 @@ app.add_typer(data_cmd.app, name="data")
 train_cmd.register(app)
 live_cmd.register(app)
 simulate_cmd.register(app)
+demo_cmd.register(app)
 
 
 @app.callback()

@@ -1,0 +1,107 @@
+"""``solaris demo``: the main job end to end (what ``make demo`` runs)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
+from streams.settings import Settings
+
+console = Console()
+
+
+def demo(
+    dataset: DatasetOpt = None,
+    traffic: TrafficOpt = None,
+    data_dir: DataDirOpt = None,
+    minutes: Annotated[
+        float, typer.Option("--minutes", min=0.2, help="Replay duration target.")
+    ] = 2.0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the summary here.")
+    ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare/--no-compare", help="Also run the offline simulator for the same traffic."
+        ),
+    ] = False,
+) -> None:
+    """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop."""
+    from models.bundle import ensure_bundle
+    from models.config import TrainConfig
+    from streams import infra
+    from streams.demo import run_demo
+    from streams.live.report import coverage_table
+
+    settings = Settings()
+    started_here: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        for service in infra.SERVICES:
+            if not infra.status(service, settings).healthy:
+                console.log(f"starting {service}")
+                if infra.run_script(service, "start", settings, capture=True).returncode != 0:
+                    console.print(
+                        f"[red]{service} failed to start (see `solaris infra status`)[/red]"
+                    )
+                    raise typer.Exit(1)
+                started_here.append(service)
+        if traffic is None and dataset is None:
+            from streams.cli.train_cmd import Dataset
+
+            dataset = Dataset.synthetic
+        path = _resolve_traffic(dataset, traffic, data_dir, settings)
+        console.log(f"traffic: {path}")
+        with console.status("models (trained once per traffic, then cached)") as status:
+            bundle = ensure_bundle(
+                path,
+                TrainConfig.from_settings(settings),
+                settings.model_dir,
+                lambda msg: status.update(f"training: {msg}"),
+            )
+        console.log(f"models: {bundle}")
+        offline = None
+        if compare:
+            from models.data.traffic import read_traffic
+            from streams.models_loader import load_models
+            from streams.simulate.config import sim_config_from_settings
+            from streams.simulate.run import simulate
+
+            with console.status("offline simulation of the same traffic"):
+                models, _ = load_models(settings, bundle)
+                offline = simulate(
+                    lambda: read_traffic(path),
+                    sim_config_from_settings(settings, models.fm.dim),
+                    models,
+                    with_random=False,
+                )
+        log_dir = settings.cache_dir / "run" / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
+        summary = run_demo(settings, path, bundle, log_dir, minutes * 60, console.log, offline)
+    finally:
+        for service in reversed(started_here):
+            infra.run_script(service, "stop", settings, capture=True)
+    summary["wall_seconds"] = time.perf_counter() - t0
+    summary["traffic"] = str(path)
+    console.print(coverage_table(settings, summary, summary["max_consumer_lag"]))
+    if offline is not None:
+        c = offline["cumulative"]
+        console.print(
+            f"offline simulator, same traffic: exact {c['exact']:.3f}, +aggregate "
+            f"{c['with_aggregate']:.3f}, +neighbours {c['with_neighbours']:.3f}, "
+            f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
+        )
+    console.print(f"demo finished in {summary['wall_seconds']:.0f} s")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(summary, indent=2, default=float))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
