@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import faust
+import numpy as np
 
 from schemas.records import (
     DeadLetter,
@@ -175,8 +176,17 @@ def create_app(
                     rec, ledger_from_table(ledger.get(rec.user_id)), recent
                 )
                 if parts.reps is not None:
-                    parts.reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
-                    reps[rec.user_id] = [parts.reps.vector(rec.user_id).tolist(), rec.event_time_ms]
+                    saved = reps.get(rec.user_id)
+                    if saved and not parts.reps.has(rec.user_id):  # after a restart
+                        parts.reps.set(rec.user_id, np.asarray(saved[0], np.float32), int(saved[1]))
+                    if not saved or rec.event_time_ms > int(
+                        saved[1]
+                    ):  # a redelivery changes nothing
+                        parts.reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
+                        reps[rec.user_id] = [
+                            parts.reps.vector(rec.user_id).tolist(),
+                            rec.event_time_ms,
+                        ]
                 for p in proposals:
                     metrics.PROPOSALS.labels(p.strategy).inc()
                 if proposals:
@@ -225,14 +235,13 @@ def create_app(
                     kept = parts.verifier.verify_many(groups, [b.candidates for b in batches])
                 else:
                     kept = groups
+                deliveries, updates = [], []
                 for b, led, group, ok in zip(batches, ledgers, groups, kept, strict=True):
                     metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
+                    parts.count(verified=len(ok), dropped=len(group) - len(ok))
                     if not ok:
                         continue
                     metrics.VERIFIED.inc(len(ok))
-                    parts.count(verified=len(ok), dropped=len(group) - len(ok))
-                    record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
-                    ledger[b.user_id] = ledger_to_table(led)
                     hist = history_before(
                         history_from_table(history.get(b.user_id)), b.event_time_ms, L
                     )
@@ -248,7 +257,21 @@ def create_app(
                         tuple(hist.labels.tolist()),
                         tuple(hist.times_ms.tolist()),
                     )
-                    await topics["verified"].send(key=user_key(b.user_id), value=codec.encode(out))
+                    deliveries.append(
+                        await topics["verified"].send(
+                            key=user_key(b.user_id),
+                            value=codec.encode(out),
+                            timestamp=b.event_time_ms / 1000,
+                        )
+                    )
+                    updates.append((b, led, ok))
+                # The ledger says "embedded" only once the verified message is durably in Kafka:
+                # a crash before this point re-verifies the pairs instead of skipping them.
+                for fut in deliveries:
+                    await fut
+                for b, led, ok in updates:
+                    record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
+                    ledger[b.user_id] = ledger_to_table(led)
 
     if "embed" in roles:
 
@@ -304,7 +327,11 @@ def create_app(
                     tuple(e.item_id for e in mine),
                     b"".join(e.vector for e in mine),
                 )
-                await topics["embeddings"].send(key=user_key(b.user_id), value=codec.encode(out))
+                await topics["embeddings"].send(
+                    key=user_key(b.user_id),
+                    value=codec.encode(out),
+                    timestamp=b.event_time_ms / 1000,
+                )
 
     if "aggregate" in roles:
         aggregates = tables["aggregates"]
