@@ -76,6 +76,13 @@ def build_bundle(
     export_fm(run.fm, cfg.history_len, out_dir / "fm.onnx", props)
     export_vm(run.vms["vm"], "vm", out_dir / "vm.onnx", props)
     export_vm(run.vms["vm_solaris"], "vm_solaris", out_dir / "vm_solaris.onnx", props)
+    # Item vectors for the neighbour tier's user representation: the FM's item embedding table
+    # (rows 0/1 are padding/OOV), aligned with the sorted FM item vocabulary.
+    np.savez(
+        out_dir / "item_vectors.npz",
+        ids=run.fm_vocab.ids,
+        vectors=run.fm.item.weight.detach().cpu().numpy()[2:].astype(np.float32),
+    )
     np.savez(
         out_dir / "vocab.npz",
         fm_items=run.fm_vocab.ids,
@@ -92,6 +99,8 @@ def build_bundle(
         "opset": OPSET,
         "code_version": CODE_VERSION,
         "traffic_sha256": file_digest(traffic_path),
+        # A-valid start, B start, B-valid start, C (test) start: the simulator evaluates on C.
+        "split_boundaries_ms": list(run.split.boundaries_ms),
         "traffic_metadata": traffic_meta,
         "metrics": {
             "models": {

@@ -12,6 +12,9 @@ Architecture (DIN/HSTU-like, small enough for a 2-core CPU):
    of the negative history items, the smoothed positive rate and the log history length.
 5. An MLP trunk; its last shared layer (``d`` units, default 64) is the **interaction
    embedding** shipped to the VMs; a linear CTR head on it gives the FM's logit.
+6. Training adds an HSTU-style generative objective: from the history alone, pick the impression's
+   item among the batch's items (in-batch softmax). It teaches item embeddings which items go
+   together from *every* impression, not only from sparse positive labels; it is not exported.
 
 ``forward`` returns ``(embedding [B, d], logit [B])`` — the two ONNX outputs.
 """
@@ -25,6 +28,7 @@ from torch import nn
 
 from models.features import N_GAP_BUCKETS, N_LABEL_TOKENS
 
+INIT_STD = 0.05
 FM_INPUTS = ("target_item", "hist_item", "hist_label", "hist_gap")
 FM_OUTPUTS = ("embedding", "logit")
 
@@ -64,7 +68,8 @@ class FoundationModel(nn.Module):
             nn.ReLU(),
         )
         self.head = nn.Linear(dim, 1)
-        nn.init.normal_(self.item.weight, std=0.05)
+        self.user_proj = nn.Linear(item_dim, item_dim)
+        nn.init.normal_(self.item.weight, std=INIT_STD)
         nn.init.normal_(self.label.weight, std=0.05)
         nn.init.normal_(self.gap.weight, std=0.05)
         nn.init.zeros_(self.item_bias.weight)
@@ -76,6 +81,18 @@ class FoundationModel(nn.Module):
         hist_label: torch.Tensor,  # int64 [B, L] (0 pad, 1 neg, 2 pos)
         hist_gap: torch.Tensor,  # int64 [B, L] (0 pad)
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        embedding, logit, _ = self.encode(target_item, hist_item, hist_label, hist_gap)
+        return embedding, logit
+
+    def encode(
+        self,
+        target_item: torch.Tensor,
+        hist_item: torch.Tensor,
+        hist_label: torch.Tensor,
+        hist_gap: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(embedding, logit, next-item scores [B, B])``; the scores feed the training-only
+        auxiliary loss (in-batch softmax: row i's user should pick row i's target item)."""
         mask = (hist_label > 0).to(torch.float32)  # [B, L]
         item_e = self.item(hist_item)
         tokens = item_e + self.label(hist_label) + self.gap(hist_gap)
@@ -107,7 +124,11 @@ class FoundationModel(nn.Module):
         )
         embedding = self.trunk(self.dropout(feats))
         logit = self.head(embedding).squeeze(-1)
-        return embedding, logit
+        # target-independent user vector: what the history alone says the user will engage with
+        n_tok = mask.sum(1, keepdim=True)
+        user = self.user_proj((tokens * mask.unsqueeze(-1)).sum(1) / n_tok.clamp(min=1.0))
+        next_item = user @ target.T
+        return embedding, logit, next_item
 
     def _target_attention(
         self, target: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor

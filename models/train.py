@@ -134,8 +134,12 @@ def train_fm(
         perm = torch.from_numpy(rng.permutation(len(train)))
         for s in range(0, len(train), cfg.fm_batch):
             b = perm[s : s + cfg.fm_batch]
-            _, z = model(**{k: v[b] for k, v in inputs.items()})
+            _, z, next_item = model.encode(**{k: v[b] for k, v in inputs.items()})
             loss = loss_fn(z, y[b])
+            if cfg.fm_next_item_weight > 0:
+                # duplicate items in a batch make some "negatives" positives: harmless noise
+                aim = torch.arange(next_item.shape[0])
+                loss = loss + cfg.fm_next_item_weight * nn.functional.cross_entropy(next_item, aim)
             opt.zero_grad()
             loss.backward()
             opt.step()
