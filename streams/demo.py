@@ -31,10 +31,10 @@ class Children:
     def start(
         self, name: str, args: list[str], env: dict[str, str], log_dir: Path
     ) -> subprocess.Popen[bytes]:
-        log = (log_dir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with (log_dir / f"{name}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs.append((name, proc))
         return proc
 

@@ -87,6 +87,23 @@ class LagReader:
         meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
         return sorted(meta.partitions) if meta is not None and not meta.error else []
 
+    def assigned(self, groups: Iterable[str]) -> dict[str, set[str]]:
+        """Topics each group's members are assigned now (from the group coordinator)."""
+        groups = list(groups)
+        try:
+            futures = self.admin.describe_consumer_groups(groups, request_timeout=10)
+            described = {g: f.result() for g, f in futures.items()}
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot describe groups {groups}: {exc}") from exc
+        out: dict[str, set[str]] = {}
+        for group, desc in described.items():
+            topics = set()
+            for member in desc.members:
+                if member.assignment is not None:
+                    topics.update(tp.topic for tp in member.assignment.topic_partitions)
+            out[group] = topics
+        return out
+
     def wait_drained(
         self,
         groups: Iterable[str],
@@ -94,16 +111,21 @@ class LagReader:
         timeout_s: float = 60.0,
         poll_s: float = 0.05,
     ) -> bool:
-        """Block until every group has committed every message of ``topics`` (two reads in a row).
+        """Block until every group has committed every message of the ``topics`` it consumes.
 
-        Returns False on timeout. Two consecutive zero readings guard against reading a topic's
-        end offset just before an upstream agent's output landed there.
+        A group's topics are those its members are assigned (so the ranker is not asked about
+        impressions). Returns False on timeout. Two consecutive zero readings guard against
+        reading a topic's end offset just before an upstream agent's output landed there.
         """
-        groups, topics = list(groups), list(topics)
+        wanted = set(topics)
+        per_group = {g: ts & wanted for g, ts in self.assigned(groups).items()}
         deadline = time.monotonic() + timeout_s
         zeros = 0
         while time.monotonic() < deadline:
-            if all(p.lag == 0 for p in self.lag(groups, topics)):
+            drained = all(
+                p.lag == 0 for g, ts in per_group.items() if ts for p in self.lag([g], ts)
+            )
+            if drained:
                 zeros += 1
                 if zeros >= 2:
                     return True

@@ -44,7 +44,6 @@ def _producer(settings: Settings) -> Producer:
             "bootstrap.servers": settings.kafka_bootstrap,
             "enable.idempotence": True,
             "linger.ms": 5,
-            "compression.type": "lz4",
             "queue.buffering.max.messages": 500_000,
         }
     )

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     neighbour_interval_ms: int = Field(
         10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."
     )
+    faust_commit_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often Faust workers commit offsets (lower = faster drain checks).",
+    )
     bundle_dir: Path | None = Field(
         None, description="Trained model bundle to serve (default: the newest under model_dir)."
     )

@@ -39,6 +39,14 @@ def _need(settings: Settings, what: str, host: str, port: int) -> None:
     pytest.skip(msg)
 
 
+def require_kafka_and_redis(settings: Settings) -> None:
+    """Skip (or fail under SOLARIS_REQUIRE_SERVICES) unless both services answer."""
+    parsed = urlparse(settings.store_url)
+    _need(settings, "Redis", parsed.hostname or "127.0.0.1", parsed.port or 6379)
+    host, port = settings.kafka_bootstrap.split(",")[0].rsplit(":", 1)
+    _need(settings, "Kafka", host, int(port))
+
+
 @pytest.fixture()
 def redis_url(base_settings: Settings) -> str:
     parsed = urlparse(base_settings.store_url)

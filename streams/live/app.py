@@ -87,12 +87,13 @@ def create_app(
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.topic_replication,
-        topic_allow_declare=False,
         web_enabled=web_port is not None,
         web_port=web_port or 6066,
         consumer_auto_offset_reset="earliest",
+        key_serializer="json",  # tables: int user ids -> JSON values; topics override with raw
+        value_serializer="json",
         broker_commit_every=100,
-        broker_commit_interval=1.0,
+        broker_commit_interval=settings.faust_commit_interval_s,
         table_standby_replicas=0,
         producer_acks=-1,
     )
@@ -119,9 +120,7 @@ def create_app(
     tables: dict[str, Any] = {}
     if roles & STATEFUL:
         for name in ("history", "ledger", "aggregates", "reps"):
-            tables[name] = app.Table(
-                name, default=None, partitions=P, key_serializer="json", value_serializer="json"
-            )
+            tables[name] = app.Table(name, default=None, partitions=P)
 
     async def dead(dl: DeadLetter) -> None:
         await topics["dead-letter"].send(key=dl.raw_key, value=codec.encode(dl))
@@ -199,7 +198,9 @@ def create_app(
                         tuple(p.strategy for p in proposals),
                     )
                     await topics["speculated"].send(
-                        key=user_key(rec.user_id), value=codec.encode(batch)
+                        key=user_key(rec.user_id),
+                        value=codec.encode(batch),
+                        timestamp=rec.event_time_ms / 1000,
                     )
 
     if "verify" in roles:
@@ -208,70 +209,54 @@ def create_app(
 
         @app.agent(topics["speculated"], concurrency=1)
         async def on_speculated(stream: faust.StreamT) -> None:
-            async for events in stream.take_events(
-                settings.embed_batch_size, within=settings.embed_max_wait_ms / 1000
-            ):
-                batches: list[ProposalBatch] = []
-                for event in events:
-                    rec = decode(codec, event.value, ProposalBatch, origin(event), event.key)
-                    if isinstance(rec, DeadLetter):
-                        await dead(rec)
-                    else:
-                        batches.append(rec)
-                groups, ledgers = [], []
-                for b in batches:
-                    # Re-check freshness: a request speculated before the previous one's ledger
-                    # update landed must not embed the same pairs twice.
-                    led = ledger_from_table(ledger.get(b.user_id))
-                    ledgers.append(led)
-                    groups.append(
-                        [
-                            PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
-                            for i, s in zip(b.item_ids, b.strategies, strict=True)
-                            if not is_fresh(led, i, b.event_time_ms, refresh_after)
-                        ]
-                    )
-                if parts.verifier is not None:
-                    kept = parts.verifier.verify_many(groups, [b.candidates for b in batches])
-                else:
-                    kept = groups
-                deliveries, updates = [], []
-                for b, led, group, ok in zip(batches, ledgers, groups, kept, strict=True):
-                    metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
-                    parts.count(verified=len(ok), dropped=len(group) - len(ok))
-                    if not ok:
-                        continue
-                    metrics.VERIFIED.inc(len(ok))
-                    hist = history_before(
-                        history_from_table(history.get(b.user_id)), b.event_time_ms, L
-                    )
-                    out = ProposalBatch(
-                        b.request_id,
-                        b.user_id,
-                        b.event_time_ms,
-                        b.candidates,
-                        tuple(p.item_id for p in ok),
-                        tuple(p.strategy for p in ok),
-                        tuple(float(p.score or 0.0) for p in ok),
-                        tuple(hist.items.tolist()),
-                        tuple(hist.labels.tolist()),
-                        tuple(hist.times_ms.tolist()),
-                    )
-                    deliveries.append(
-                        await topics["verified"].send(
-                            key=user_key(b.user_id),
-                            value=codec.encode(out),
-                            timestamp=b.event_time_ms / 1000,
-                        )
-                    )
-                    updates.append((b, led, ok))
+            # One request per iteration: Faust lets a table change only inside the iteration of
+            # the event it belongs to. A VM call per request (tens of pairs) is cheap.
+            async for event in stream.events():
+                b = decode(codec, event.value, ProposalBatch, origin(event), event.key)
+                if isinstance(b, DeadLetter):
+                    await dead(b)
+                    continue
+                # Re-check freshness: a request speculated before the previous one's ledger
+                # update landed must not embed the same pairs twice.
+                led = ledger_from_table(ledger.get(b.user_id))
+                group = [
+                    PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
+                    for i, s in zip(b.item_ids, b.strategies, strict=True)
+                    if not is_fresh(led, i, b.event_time_ms, refresh_after)
+                ]
+                ok = group
+                if parts.verifier is not None and group:
+                    ok = parts.verifier.verify_many([group], [b.candidates])[0]
+                metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
+                parts.count(verified=len(ok), dropped=len(group) - len(ok))
+                if not ok:
+                    continue
+                metrics.VERIFIED.inc(len(ok))
+                hist = history_before(
+                    history_from_table(history.get(b.user_id)), b.event_time_ms, L
+                )
+                out = ProposalBatch(
+                    b.request_id,
+                    b.user_id,
+                    b.event_time_ms,
+                    b.candidates,
+                    tuple(p.item_id for p in ok),
+                    tuple(p.strategy for p in ok),
+                    tuple(float(p.score or 0.0) for p in ok),
+                    tuple(hist.items.tolist()),
+                    tuple(hist.labels.tolist()),
+                    tuple(hist.times_ms.tolist()),
+                )
+                delivery = await topics["verified"].send(
+                    key=user_key(b.user_id),
+                    value=codec.encode(out),
+                    timestamp=b.event_time_ms / 1000,
+                )
                 # The ledger says "embedded" only once the verified message is durably in Kafka:
                 # a crash before this point re-verifies the pairs instead of skipping them.
-                for fut in deliveries:
-                    await fut
-                for b, led, ok in updates:
-                    record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
-                    ledger[b.user_id] = ledger_to_table(led)
+                await delivery
+                record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
+                ledger[b.user_id] = ledger_to_table(led)
 
     if "embed" in roles:
 

@@ -27,9 +27,14 @@ def oracle_config(config: SimConfig) -> SimConfig:
 
 
 def _run(
-    name: str, events: Events, config: SimConfig, models: SimModels, progress: Progress | None
+    name: str,
+    events: Events,
+    config: SimConfig,
+    models: SimModels,
+    progress: Progress | None,
+    store: FeatureStore | None = None,
 ) -> Simulator:
-    sim = Simulator(config, models)
+    sim = Simulator(config, models, store)
     sim.run(events(), (lambda n: progress(name, n)) if progress else None)
     log.info("simulation run done", extra={"run": name, "requests": sim.requests})
     return sim

@@ -1,0 +1,216 @@
+"""Helpers for live-pipeline tests: a tiny trained bundle, small traffic, child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from models.config import TrainConfig
+from models.data.columns import iter_events
+from models.data.synthetic import SyntheticConfig, generate
+from models.data.traffic import write_traffic
+from streams.settings import REPO_ROOT, Settings
+
+#: Small enough to train in seconds; the live tests check plumbing and parity, not model quality.
+TINY_TRAIN = TrainConfig(
+    seeds=1,
+    history_len=8,
+    embedding_dim=16,
+    fm_item_dim=16,
+    fm_hidden=32,
+    fm_epochs=1,
+    vm_id_dim=4,
+    vm_hidden=(16,),
+    vm_epochs=2,
+    vm_lrs=(1e-2,),
+    vm_weight_decays=(0.0,),
+    vm_id_dropouts=(0.1,),
+    lags_ms=(0, 600_000),
+    serving_lag_ms=600_000,
+    bootstrap_replicates=20,
+)
+
+
+def small_traffic(path: Path, n_users: int = 12, days: float = 1.0, seed: int = 5) -> Path:
+    """Deterministic small synthetic traffic (tens of requests)."""
+    if not path.exists():
+        traffic = generate(
+            SyntheticConfig(n_users=n_users, n_items=300, days=days, k=20, seed=seed)
+        )
+        write_traffic(
+            path, iter_events(traffic.requests, traffic.impressions), {"dataset": "synthetic-test"}
+        )
+    return path
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        SOLARIS_TOPIC_PREFIX=settings.topic_prefix,
+        SOLARIS_KEY_PREFIX=settings.key_prefix,
+        SOLARIS_TOPIC_PARTITIONS=str(settings.topic_partitions),
+        SOLARIS_BUNDLE_DIR=str(settings.bundle_dir),
+        SOLARIS_CACHE_DIR=str(settings.cache_dir),
+        SOLARIS_EMBEDDING_DIM=str(settings.embedding_dim),
+        SOLARIS_HISTORY_LEN=str(settings.history_len),
+        SOLARIS_FAUST_COMMIT_INTERVAL_S=str(settings.faust_commit_interval_s),
+        SOLARIS_NEIGHBOUR_INTERVAL_MS=str(settings.neighbour_interval_ms),
+        PYTHONPATH=str(REPO_ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@dataclass
+class Procs:
+    settings: Settings
+    log_dir: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with (self.log_dir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "streams.cli", *args],
+                cwd=REPO_ROOT,
+                env=env_for(self.settings),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs[name] = proc
+        return proc
+
+    def kill9(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"{name} died (rc {proc.returncode}):\n{self.log(name)[-4000:]}"
+                )
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+
+
+@contextmanager
+def pipeline(settings: Settings, log_dir: Path, ranker: bool = True) -> Iterator[Procs]:
+    """Pipeline worker + separate FM worker (+ ranker) for ``settings``; stopped on exit."""
+    from streams.demo import wait_for_groups
+    from streams.topics import create_topics
+
+    create_topics(settings)
+    procs = Procs(settings, log_dir)
+    try:
+        procs.start(
+            "pipeline", "worker", "--agents", "history,speculate,verify,aggregate,neighbours"
+        )
+        procs.start("fm", "worker", "--agents", "embed")
+        groups = [f"{settings.topic_prefix}-pipeline", f"{settings.topic_prefix}-fm"]
+        if ranker:
+            procs.start("ranker", "ranker")
+            groups.append(f"{settings.topic_prefix}-ranker")
+        try:
+            wait_for_groups(settings, groups, timeout_s=120)
+        except TimeoutError:
+            procs.alive()
+            raise
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def wait_drained(settings: Settings, procs: Procs, timeout_s: float = 180) -> None:
+    from streams.lag import LagReader
+
+    reader = LagReader(settings)
+    topics = [
+        settings.topic(t)
+        for t in ("requests", "impressions", "speculated", "verified", "embeddings")
+    ]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            procs.alive()
+            if reader.wait_drained(reader.groups(), topics, timeout_s=5):
+                return
+        raise AssertionError("pipeline did not drain")
+    finally:
+        reader.close()
+
+
+def read_topic(
+    settings: Settings, topic: str, timeout_s: float = 10.0
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Every message of ``topic`` from the beginning (key, value)."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"read-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[bytes | None, bytes | None]] = []
+    eof: set[int] = set()
+    parts = settings.topic_partitions
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(eof) < parts and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+                continue
+            out.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def raw_encode(record: object) -> bytes:
+    """Encode without field validation (to build invalid messages on purpose)."""
+    import io
+    import struct
+
+    import fastavro
+
+    from schemas.registry import parsed_schemas, wire_id_of
+
+    wire_id = wire_id_of(type(record))
+    buf = io.BytesIO()
+    buf.write(struct.pack(">BI", 0, wire_id))
+    fastavro.schemaless_writer(
+        buf, parsed_schemas()[wire_id], {k: getattr(record, k) for k in record.__slots__}
+    )
+    return buf.getvalue()
