@@ -1,0 +1,200 @@
+"""Fault tolerance of the live pipeline on the real broker and Redis.
+
+- kill -9 of the pipeline worker mid-replay, then a restart: after the replay drains, every
+  verified pair is in the store and every user aggregate equals the one of a run without crash;
+- a Redis outage (the server frozen with SIGSTOP for several seconds): the ranker keeps answering
+  within its deadline (tiers = missing), writers retry without moving on, and after Redis is back
+  nothing is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from schemas.codec import Codec
+from schemas.records import ProposalBatch
+from store.keys import KeyLayout
+from store.protocol import ReadBatch
+from store.redis_store import RedisStore
+from store.values import decode_vector
+from streams.settings import Settings
+from tests.conftest import require_kafka_and_redis
+from tests.integration.live_harness import (
+    TINY_TRAIN,
+    Procs,
+    pipeline,
+    read_topic,
+    small_traffic,
+    wait_drained,
+)
+from tests.integration.test_live_parity import live_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
+
+
+@pytest.fixture(scope="module")
+def traffic() -> Path:
+    base = Settings().cache_dir / "test-data"
+    base.mkdir(parents=True, exist_ok=True)
+    return small_traffic(base / "live-small-v1.avro", n_users=30, days=2.0)
+
+
+@pytest.fixture(scope="module")
+def bundle(traffic: Path) -> Path:
+    from models.bundle import ensure_bundle
+
+    return ensure_bundle(traffic, TINY_TRAIN, Settings().cache_dir / "test-models")
+
+
+def verified_pairs(settings: Settings) -> set[tuple[int, int]]:
+    codec = Codec()
+    out = set()
+    for _, value in read_topic(settings, settings.topic("verified")):
+        batch = codec.decode(value, ProposalBatch)
+        out.update((batch.user_id, item) for item in batch.item_ids)
+    return out
+
+
+def missing_pairs(settings: Settings, pairs: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    store = RedisStore(settings.store_url, KeyLayout(settings.key_prefix))
+    try:
+        ordered = sorted(pairs)
+        values = store.read(ReadBatch(pairs=ordered), timeout_ms=5_000).pairs
+    finally:
+        store.close()
+    return [p for p, v in zip(ordered, values, strict=True) if v is None]
+
+
+def aggregates(settings: Settings, users: list[int]) -> dict[int, tuple[int, int, np.ndarray]]:
+    store = RedisStore(settings.store_url, KeyLayout(settings.key_prefix))
+    try:
+        values = store.read(ReadBatch(aggregates=users), timeout_ms=5_000).aggregates
+    finally:
+        store.close()
+    out = {}
+    for u, raw in zip(users, values, strict=True):
+        if raw is not None:
+            v = decode_vector(raw)
+            out[u] = (v.count, v.event_time_ms, v.array())
+    return out
+
+
+def run_lockstep(
+    settings: Settings, traffic: Path, log_dir: Path, crash_at: int | None = None
+) -> dict[str, Any]:
+    """Replay in lockstep; at request ``crash_at`` kill -9 the pipeline worker mid-flight and restart it."""
+    from streams.lag import LagReader
+    from streams.replay import replay_file
+
+    with pipeline(settings, log_dir, ranker=False) as procs:
+        reader = LagReader(settings)
+        topics = [settings.topic(t) for t in TOPICS]
+        count = {"n": 0, "crashed": False}
+
+        def lockstep() -> None:
+            count["n"] += 1
+            if crash_at is not None and count["n"] == crash_at:
+                time.sleep(0.05)  # the previous request is now somewhere in the pipeline
+                procs.kill9("pipeline")
+                count["crashed"] = True
+                procs.start(
+                    "pipeline",
+                    "worker",
+                    "--agents",
+                    "history,speculate,verify,aggregate,neighbours",
+                )
+            procs.alive()
+            assert reader.wait_drained(reader.groups(), topics, timeout_s=180), "drain timed out"
+
+        replay_file(settings, traffic, 0.0, lockstep)
+        wait_drained(settings, procs)
+        reader.close()
+        log = procs.log("pipeline")
+    return {"crashed": count["crashed"], "log": log}
+
+
+def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: Path) -> None:
+    from models.data.traffic import load_requests
+
+    base = Settings()
+    require_kafka_and_redis(base)
+    clean = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    crash = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "crash").mkdir()
+    run_lockstep(clean, traffic, tmp_path / "clean")
+    result = run_lockstep(crash, traffic, tmp_path / "crash", crash_at=25)
+    assert result["crashed"]
+
+    pairs = verified_pairs(crash)
+    assert pairs and missing_pairs(crash, pairs) == []
+    assert verified_pairs(clean) == pairs
+    users = sorted({int(u) for u in load_requests(traffic).user_id})
+    want, got = aggregates(clean, users), aggregates(crash, users)
+    assert want.keys() == got.keys() and want
+    for u in want:
+        assert got[u][:2] == want[u][:2], u
+        np.testing.assert_array_equal(got[u][2], want[u][2])
+
+
+def _freeze_redis(settings: Settings) -> tuple[Any, Any]:
+    """(freeze, thaw) callables: SIGSTOP/SIGCONT of our Redis, else CLIENT PAUSE."""
+    from urllib.parse import urlparse
+
+    port = urlparse(settings.store_url).port or 6379
+    pid_file = settings.cache_dir / "run" / f"redis-{port}" / "redis.pid"
+    if pid_file.is_file():
+        pid = int(pid_file.read_text().strip())
+        return (lambda: os.kill(pid, signal.SIGSTOP)), (lambda: os.kill(pid, signal.SIGCONT))
+    client = redis.Redis.from_url(settings.store_url)
+    return (lambda: client.execute_command("CLIENT", "PAUSE", 9000, "ALL")), (
+        lambda: client.execute_command("CLIENT", "UNPAUSE")
+    )
+
+
+def test_redis_outage_ranker_answers_and_writers_lose_nothing(
+    traffic: Path, bundle: Path, tmp_path: Path
+) -> None:
+    from models.data.traffic import load_requests
+    from streams.live.report import live_summary
+    from streams.replay import replay_file
+
+    base = Settings()
+    require_kafka_and_redis(base)
+    settings = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    requests = load_requests(traffic)
+    span_s = (int(requests.event_time_ms.max()) - int(requests.event_time_ms.min())) / 1000
+    freeze, thaw = _freeze_redis(settings)
+    procs: Procs
+    with pipeline(settings, tmp_path) as procs:
+        replayer = threading.Thread(target=replay_file, args=(settings, traffic, span_s / 12.0))
+        replayer.start()
+        time.sleep(3.0)
+        freeze()
+        try:
+            time.sleep(8.0)  # longer than the writers' 5 s socket timeout
+            procs.alive()
+        finally:
+            thaw()
+        replayer.join(timeout=120)
+        wait_drained(settings, procs)
+        procs.stop_all()
+        pipeline_log = procs.log("pipeline") + procs.log("fm")
+    summary = live_summary(settings)
+    assert summary["requests"] == len(requests)  # the ranker answered every request
+    assert summary["reader_timeouts"] + summary["reader_store_errors"] > 0  # and saw the outage
+    assert summary["coverage"]["missing"] > 0
+    assert "store write failed; retrying" in pipeline_log
+    pairs = verified_pairs(settings)
+    assert pairs and missing_pairs(settings, pairs) == []
