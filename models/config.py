@@ -104,6 +104,9 @@ class TrainConfig:
     # paper ≈ 40–50 % exact, 85–90 % with aggregates; §7 measured 0.36/0.70 (MovieLens) and
     # 0.26/0.36 (Taobao). A tier that has no value for a pair falls through to the next one.
     tier_rates: tuple[float, float, float, float] = (0.4, 0.35, 0.1, 0.15)
+    vm_emb_proj_dim: int = 32  # vm_solaris: the embedding enters the MLP through this projection
+    vm_exact_weight: float = 1.0  # vm_solaris: extra loss of every row scored as "exact"
+    vm_missing_weight: float = 0.5  # vm_solaris: extra loss of every row scored as "missing"
     aggregate_window_ms: int = DAY_MS  # user aggregate = mean of pair embeddings in this window
     neighbour_k: int = 10  # neighbour-tier proxy: other users' latest embeddings of the item
     lags_ms: tuple[int, ...] = DEFAULT_LAGS_MS

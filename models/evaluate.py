@@ -6,9 +6,9 @@ Report shape (issue 3 item 10; un-lagged numbers at the top level, extra keys we
      "models": {name: {"logloss", "ne", "auc", "ne_std", "auc_std", "logloss_std",
                        "ne_ci95", "per_seed": [...]}},
      "transfer_ratio": {"kd", "fm_logit", "solaris", "solaris_kd", "solaris_aggregate",
-                        "solaris_missing"},
+                        "solaris_missing", "solaris_served", "score_tiers", "score_served"},
      "transfer_ratio_std": {...}, "transfer_ratio_ci95": {...},
-     "lagged": {"1m": {"transfer_ratio": {"solaris", "fm_logit", "solaris_aggregate"},
+     "lagged": {"1m": {"transfer_ratio": {"solaris", "fm_logit", "solaris_aggregate", ...},
                        "transfer_ratio_std": ..., "transfer_ratio_ci95": ...,
                        "models": {"vm_solaris", "vm_fm_logit", ...}}, "10m": ..., ...},
      "fm_vm_gap": {"ne", "ci95"}, "split": {...}, "training_seconds": {...}, ...}
@@ -37,8 +37,19 @@ TR_MODELS: dict[str, str] = {
     "solaris_kd": "vm_solaris_kd@{lag}",
     "solaris_aggregate": "vm_solaris_aggregate@{lag}",
     "solaris_missing": "vm_solaris_missing@{lag}",
+    "solaris_served": "vm_solaris_served@{lag}",
+    "score_tiers": "vm_score_tiers@{lag}",
+    "score_served": "vm_score_tiers_served@{lag}",
 }
-LAGGED_TR = ("solaris", "fm_logit", "solaris_aggregate")
+LAGGED_TR = (
+    "solaris",
+    "fm_logit",
+    "solaris_aggregate",
+    "solaris_served",
+    "score_tiers",
+    "score_served",
+)
+TABLE_TR = ("solaris", "fm_logit", "solaris_aggregate", "solaris_served", "score_served")
 
 
 def _public(key: str) -> str:
@@ -110,7 +121,7 @@ def evaluate_runs(
             continue
         name = lag_name(lag)
         block = _tr_block(LAGGED_TR, name, stats, boot.tr_interval, len(runs))
-        block["models"] = {_base(k): _strip(stats[k]) for k in keys if k.endswith(f"@{name}")}
+        block["models"] = {_base(k): dict(stats[k]) for k in keys if k.endswith(f"@{name}")}
         block["aggregate_share"] = float(np.mean([r.aggregate_share[name] for r in runs]))
         lagged[name] = block
     seconds = {
@@ -121,7 +132,7 @@ def evaluate_runs(
     return {
         "dataset": dataset,
         "seeds": len(runs),
-        "models": {_public(k): _strip(stats[k]) for k in keys if "@" not in k or k.endswith("@0")},
+        "models": {_public(k): dict(stats[k]) for k in keys if "@" not in k or k.endswith("@0")},
         **top,
         "lagged": lagged,
         "fm_vm_gap": {
@@ -152,10 +163,6 @@ def evaluate_runs(
 
 def _base(key: str) -> str:
     return key.split("@", 1)[0]
-
-
-def _strip(stat: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in stat.items()}
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -190,13 +197,14 @@ def markdown(report: dict[str, Any]) -> str:
         "Transfer ratio TR = (NE_vm − NE_x) / (NE_vm − NE_fm) by FM-input lag Δ "
         "(mean ± std over seeds [95 % CI]):",
         "",
-        "| Δ | solaris (exact) | fm_logit | solaris (aggregate) | kd |",
-        "|---|---|---|---|---|",
+        "| Δ | solaris (exact) | fm_logit | solaris (aggregate) | solaris (served mix) "
+        "| score tiers (served mix) | kd |",
+        "|---|---|---|---|---|---|---|",
     ]
     blocks = {"0": report, **report["lagged"]}
     for lag, block in blocks.items():
         cells = []
-        for name in ("solaris", "fm_logit", "solaris_aggregate"):
+        for name in TABLE_TR:
             tr = block["transfer_ratio"].get(name)
             std = block["transfer_ratio_std"].get(name)
             lo, hi = block["transfer_ratio_ci95"].get(name, [float("nan")] * 2)
@@ -204,6 +212,13 @@ def markdown(report: dict[str, Any]) -> str:
         kd = _fmt(report["transfer_ratio"].get("kd"), 3)
         lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
     secs = report["training_seconds"]
+    lines += [
+        "",
+        "served mix = test tiers drawn at the training mix "
+        f"{tuple(report['config']['tier_rates'])} (exact, aggregate, neighbours, missing), "
+        "falling through when a tier has no value; score tiers = the same pipeline carrying the "
+        "FM's logit instead of its embedding.",
+    ]
     lines += [
         "",
         f"Training time: {secs['total']:.0f} s for {n} seeds "

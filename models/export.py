@@ -104,7 +104,7 @@ def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]
         torch.ones(b, dtype=torch.int64),
         torch.zeros(b, 2, dtype=torch.int64),
     )
-    names = VM_INPUTS
+    names: tuple[str, ...] = VM_INPUTS
     if vm.fm_logit_input:
         raise ExportError("vm_fm_logit is an offline baseline; it is not exported")
     if vm.embedding_dim:

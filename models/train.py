@@ -221,7 +221,7 @@ def sample_tiers(
 ) -> np.ndarray:
     """Draw a tier per row from ``rates``; an unavailable tier falls through to the next one."""
     n = available.shape[0]
-    tier = rng.choice(N_TIERS, size=n, p=np.asarray(rates) / np.sum(rates))
+    tier = np.asarray(rng.choice(N_TIERS, size=n, p=np.asarray(rates) / np.sum(rates)))
     for t in range(3):  # exact(0) is always available; aggregate(1) → neighbours(2) → missing(3)
         bad = (tier == t) & ~available[:, t]
         tier = np.where(bad, t + 1, tier)
@@ -271,8 +271,11 @@ def build_vm(
         cfg.vm_id_dim,
         cfg.vm_hidden,
         spec.fm_logit,
-        cfg.embedding_dim if spec.embedding else 0,
+        train.tier_embeddings.shape[-1]
+        if spec.embedding and train.tier_embeddings is not None
+        else 0,
         gp.id_dropout,
+        cfg.vm_emb_proj_dim,
     )
     logit_stats = None
     if spec.fm_logit and train.fm_logit is not None:
@@ -282,8 +285,10 @@ def build_vm(
         exact = torch.from_numpy(train.tier_embeddings[:, 0])
         emb_mean, emb_std = exact.mean(0), exact.std(0)
     model.set_input_stats(logit_stats, emb_mean, emb_std)
-    if spec.embedding and fm_head is not None:
-        model.init_from_fm_head(torch.from_numpy(fm_head.weight), fm_head.bias)
+    if spec.embedding and fm_head is not None and train.tier_embeddings is not None:
+        score = train.tier_embeddings[:, 0] @ fm_head.weight + fm_head.bias
+        stats = (float(score.mean()), float(score.std() + 1e-6))
+        model.init_from_fm_head(torch.from_numpy(fm_head.weight), fm_head.bias, stats)
     return model
 
 
@@ -338,6 +343,9 @@ def fit_vm(
         if spec.embedding and train.tier_available is not None:
             tier = sample_tiers(rng, train.tier_available, cfg.tier_rates)
         inputs = vm_tensors(spec, train, tier)
+        exact_inputs = None
+        if spec.embedding and cfg.vm_exact_weight > 0:
+            exact_inputs = vm_tensors(spec, train, np.zeros(len(train), np.int64))
         perm = torch.from_numpy(rng.permutation(len(train)))
         for s in range(0, len(train), cfg.vm_batch):
             b = perm[s : s + cfg.vm_batch]
@@ -348,6 +356,8 @@ def fit_vm(
                     z / cfg.kd_temperature, teacher[b]
                 )
                 loss = (1 - cfg.kd_weight) * loss + cfg.kd_weight * t_sq * soft
+            if spec.embedding:
+                loss = loss + _extreme_tier_loss(model, cfg, exact_inputs, inputs, b, y[b])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -364,6 +374,34 @@ def fit_vm(
         model.load_state_dict(best_state)
     model.eval()
     return model, best_epoch, best
+
+
+def _extreme_tier_loss(
+    model: VerticalModel,
+    cfg: TrainConfig,
+    exact_inputs: dict[str, torch.Tensor] | None,
+    inputs: dict[str, torch.Tensor],
+    b: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """Extra passes of every row as ``exact`` and as ``missing`` (vm_solaris variants).
+
+    The sampled pass teaches the realistic tier mix; these two make sure the extremes are
+    learned from all rows: full coverage should be at least as good as score transfer, and a
+    store outage should degrade the ranker to (about) the baseline VM, not below it.
+    """
+    bce = _bce()
+    loss = torch.zeros(())
+    if exact_inputs is not None:
+        loss = loss + cfg.vm_exact_weight * bce(
+            model(**{k: v[b] for k, v in exact_inputs.items()}), y
+        )
+    if cfg.vm_missing_weight > 0:
+        batch = {k: v[b] for k, v in inputs.items()}
+        batch["embedding"] = torch.zeros_like(batch["embedding"])
+        batch["tier"] = torch.full_like(batch["tier"], N_TIERS - 1)
+        loss = loss + cfg.vm_missing_weight * bce(model(**batch), y)
+    return loss
 
 
 def grid(cfg: TrainConfig) -> list[GridPoint]:
@@ -385,11 +423,13 @@ def tune_vm(
     seed: int,
     fixed: GridPoint | None = None,
     fm_head: FMHead | None = None,
+    candidates: list[GridPoint] | None = None,
 ) -> tuple[VerticalModel, GridPoint]:
-    """Grid-search on (train, valid) unless ``fixed`` is given, then refit on train ∪ valid."""
+    """Search ``candidates`` (default: the full grid) on (train, valid) unless ``fixed`` is
+    given, then refit the best point on train ∪ valid for its best epoch count."""
     if fixed is None:
         scored = []
-        for gp in grid(cfg):
+        for gp in candidates or grid(cfg):
             _, epochs, ll = fit_vm(spec, cfg, n_users, n_items, gp, train, valid, seed, fm_head)
             scored.append((ll, replace(gp, epochs=epochs)))
             log.debug("%s %s valid logloss %.5f", spec.name, gp, ll)

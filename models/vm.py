@@ -32,6 +32,12 @@ TIER_MISSING = 3
 class VerticalModel(nn.Module):
     """``forward(...) -> logit [B]``. Extra inputs are ``None`` unless the variant uses them."""
 
+    # buffers (registered in __init__ only for the variants that use them)
+    logit_stats: torch.Tensor
+    score_stats: torch.Tensor
+    emb_mean: torch.Tensor
+    emb_std: torch.Tensor
+
     def __init__(
         self,
         n_users: int,
@@ -41,6 +47,7 @@ class VerticalModel(nn.Module):
         fm_logit_input: bool = False,
         embedding_dim: int = 0,
         id_dropout: float = 0.0,
+        emb_proj_dim: int = 32,
     ) -> None:
         super().__init__()
         self.id_dropout = id_dropout
@@ -62,11 +69,11 @@ class VerticalModel(nn.Module):
             self.register_buffer("logit_stats", torch.tensor([0.0, 1.0]))
             self.logit_scale = nn.Parameter(torch.ones(1))
         if embedding_dim:
-            proj = 32
-            self.emb_proj = nn.Linear(embedding_dim, proj)
-            n_in += proj + N_TIERS
+            self.emb_proj = nn.Linear(embedding_dim, emb_proj_dim)
+            n_in += emb_proj_dim + N_TIERS + 1
             self.register_buffer("emb_mean", torch.zeros(embedding_dim))
             self.register_buffer("emb_std", torch.ones(embedding_dim))
+            self.register_buffer("score_stats", torch.tensor([0.0, 1.0]))
             # The FM's score read back from the embedding through a copy of the FM's head,
             # scaled per tier: a calibrated starting point the MLP then corrects.
             self.emb_head = nn.Linear(embedding_dim, 1)
@@ -92,12 +99,16 @@ class VerticalModel(nn.Module):
             self.emb_mean.copy_(emb_mean)
             self.emb_std.copy_(emb_std.clamp(min=1e-3))
 
-    def init_from_fm_head(self, weight: torch.Tensor, bias: float) -> None:
-        """Start the embedding's skip path as the FM's own CTR head (``weight`` [d])."""
+    def init_from_fm_head(
+        self, weight: torch.Tensor, bias: float, score_mean_std: tuple[float, float]
+    ) -> None:
+        """Start the embedding's score path as the FM's own CTR head (``weight`` [d]);
+        ``score_mean_std`` standardises that score where it enters the MLP."""
         if self.embedding_dim:
             with torch.no_grad():
                 self.emb_head.weight.copy_(weight.reshape(1, -1))
                 self.emb_head.bias.fill_(bias)
+                self.score_stats.copy_(torch.tensor(score_mean_std))
 
     def forward(
         self,
@@ -131,7 +142,8 @@ class VerticalModel(nn.Module):
             e = (embedding - self.emb_mean) / self.emb_std * present
             parts.append(torch.relu(self.emb_proj(e)))
             parts.append(nn.functional.one_hot(tier, N_TIERS).to(torch.float32))
-            head = self.emb_head(embedding) * self.tier_scale(tier) * present
-            skip = skip + head.squeeze(-1)
+            score = self.emb_head(embedding) * present  # [B, 1]: the FM's score, read back
+            parts.append((score - self.score_stats[0]) / self.score_stats[1] * present)
+            skip = skip + (score * self.tier_scale(tier)).squeeze(-1)
         x = torch.cat(parts, dim=1)
         return self.mlp(x).squeeze(-1) + skip

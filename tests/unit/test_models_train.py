@@ -84,7 +84,15 @@ def test_every_variant_predicts_every_test_row(run) -> None:  # type: ignore[no-
         "vm_solaris_kd@0",
         *(
             f"{v}@{lag}"
-            for v in ("vm_fm_logit", "vm_solaris", "vm_solaris_aggregate", "vm_solaris_missing")
+            for v in (
+                "vm_fm_logit",
+                "vm_solaris",
+                "vm_solaris_aggregate",
+                "vm_solaris_missing",
+                "vm_solaris_served",
+                "vm_score_tiers",
+                "vm_score_tiers_served",
+            )
             for lag in ("0", "10m")
         ),
     }
