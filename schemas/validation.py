@@ -52,20 +52,20 @@ def _check_str(rec: Any, field: str, limits: Limits, allow_empty: bool = False) 
         raise _fail(rec, field, f"length {len(value)} exceeds {limits.max_string_len}")
 
 
-def _check_vector(rec: Any, limits: Limits) -> None:
+def _check_vector(rec: Any, limits: Limits, field: str = "vector", rows: int = 1) -> None:
+    """``rec.<field>`` holds ``rows`` x ``rec.dim`` finite values of ``rec.dtype``."""
     if not 0 < rec.dim <= limits.max_dim:
         raise _fail(rec, "dim", f"{rec.dim} is outside (0, {limits.max_dim}]")
     try:
         dtype = VectorDtype(rec.dtype)
     except ValueError:
         raise _fail(rec, "dtype", f"unknown dtype {rec.dtype!r}") from None
-    expected = rec.dim * dtype.numpy.itemsize
-    if len(rec.vector) != expected:
-        raise _fail(
-            rec, "vector", f"{len(rec.vector)} bytes, expected {expected} for dim {rec.dim}"
-        )
-    if not np.isfinite(np.frombuffer(rec.vector, dtype=dtype.numpy)).all():
-        raise _fail(rec, "vector", "contains NaN or infinity")
+    data = getattr(rec, field)
+    expected = rows * rec.dim * dtype.numpy.itemsize
+    if len(data) != expected:
+        raise _fail(rec, field, f"{len(data)} bytes, expected {expected} for dim {rec.dim}")
+    if not np.isfinite(np.frombuffer(data, dtype=dtype.numpy)).all():
+        raise _fail(rec, field, "contains NaN or infinity")
 
 
 def _request(rec: RequestEvent, limits: Limits) -> None:
@@ -163,17 +163,7 @@ def _embedding_batch(rec: EmbeddingBatch, limits: Limits) -> None:
     _check_id(rec, "user_id")
     _check_time(rec)
     _check_str(rec, "model_version", limits)
-    if not 0 < rec.dim <= limits.max_dim:
-        raise _fail(rec, "dim", f"{rec.dim} is outside (0, {limits.max_dim}]")
-    try:
-        dtype = VectorDtype(rec.dtype)
-    except ValueError:
-        raise _fail(rec, "dtype", f"unknown dtype {rec.dtype!r}") from None
-    expected = len(rec.item_ids) * rec.dim * dtype.numpy.itemsize
-    if len(rec.vectors) != expected:
-        raise _fail(rec, "vectors", f"{len(rec.vectors)} bytes, expected {expected}")
-    if not np.isfinite(np.frombuffer(rec.vectors, dtype=dtype.numpy)).all():
-        raise _fail(rec, "vectors", "contains NaN or infinity")
+    _check_vector(rec, limits, "vectors", len(rec.item_ids))
 
 
 def _dead_letter(rec: DeadLetter, limits: Limits) -> None:

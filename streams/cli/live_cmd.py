@@ -39,10 +39,10 @@ def worker(
     import faust
     from prometheus_client import start_http_server
 
-    from store.factory import open_store
     from streams.live.app import ROLES, create_app
     from streams.live.components import Components
     from streams.models_loader import load_models
+    from streams.stores import store_from_settings
 
     settings = Settings()
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
@@ -50,13 +50,7 @@ def worker(
         console.print("[red]run 'embed' alone (its own group) or with every role ('all')[/red]")
         raise typer.Exit(2)
     models, path = load_models(settings, bundle)
-    store = open_store(
-        settings.store_backend,
-        url=settings.store_url,
-        aerospike_hosts=settings.aerospike_hosts,
-        aerospike_namespace=settings.aerospike_namespace,
-        key_prefix=settings.key_prefix,
-    )
+    store = store_from_settings(settings)
     parts = Components(settings, models, store)
     app = create_app(settings, roles, parts, web_port)
     if metrics_port:
@@ -81,21 +75,15 @@ def ranker(
     """Run the ranker service: tiered lookups + vm_solaris per request, coverage measured live."""
     from prometheus_client import start_http_server
 
-    from store.factory import open_store
     from store.reader import FeatureReader
     from streams.live.ranker_service import RankerOptions, RankerService
     from streams.models_loader import load_models
     from streams.simulate.config import reader_config
+    from streams.stores import store_from_settings
 
     settings = Settings()
     models, _ = load_models(settings, bundle)
-    store = open_store(
-        settings.store_backend,
-        url=settings.store_url,
-        aerospike_hosts=settings.aerospike_hosts,
-        aerospike_namespace=settings.aerospike_namespace,
-        key_prefix=settings.key_prefix,
-    )
+    store = store_from_settings(settings)
     reader = FeatureReader(store, reader_config(settings, models.fm.dim))
     options = RankerOptions(
         group or f"{settings.topic_prefix}-ranker", not no_scores, exit_when_idle_s=exit_when_idle

@@ -30,31 +30,15 @@ from store.values import decode_vector
 from streams.settings import Settings
 from tests.conftest import require_kafka_and_redis
 from tests.integration.live_harness import (
-    TINY_TRAIN,
     Procs,
     pipeline,
     read_topic,
-    small_traffic,
     wait_drained,
 )
 from tests.integration.test_live_parity import live_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
-
-
-@pytest.fixture(scope="module")
-def traffic() -> Path:
-    base = Settings().cache_dir / "test-data"
-    base.mkdir(parents=True, exist_ok=True)
-    return small_traffic(base / "live-small-v1.avro", n_users=30, days=2.0)
-
-
-@pytest.fixture(scope="module")
-def bundle(traffic: Path) -> Path:
-    from models.bundle import ensure_bundle
-
-    return ensure_bundle(traffic, TINY_TRAIN, Settings().cache_dir / "test-models")
 
 
 def verified_pairs(settings: Settings) -> set[tuple[int, int]]:

@@ -26,26 +26,11 @@ from tests.integration.live_harness import (
     pipeline,
     raw_encode,
     read_topic,
-    small_traffic,
     wait_drained,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_704_067_200_000
-
-
-@pytest.fixture(scope="module")
-def traffic() -> Path:
-    base = Settings().cache_dir / "test-data"
-    base.mkdir(parents=True, exist_ok=True)
-    return small_traffic(base / "live-small-v1.avro", n_users=30, days=2.0)
-
-
-@pytest.fixture(scope="module")
-def bundle(traffic: Path) -> Path:
-    from models.bundle import ensure_bundle
-
-    return ensure_bundle(traffic, TINY_TRAIN, Settings().cache_dir / "test-models")
 
 
 def live_settings(base: Settings, unique: str, bundle: Path) -> Settings:
