@@ -28,19 +28,8 @@ from models.features import HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_window_mean
 from models.split import TimeSplit, time_split
-from models.train import (
-    Examples,
-    FMHead,
-    Report,
-    VariantSpec,
-    VMData,
-    fm_batch_inputs,
-    predict_fm,
-    predict_vm,
-    sample_tiers,
-    train_fm,
-    tune_vm,
-)
+from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
+from models.train_vm import FMHead, VariantSpec, VMData, predict_vm, sample_tiers, tune_vm
 from models.vm import VerticalModel
 
 log = logging.getLogger(__name__)
@@ -229,7 +218,7 @@ def run_seed(
         aggregate_share[name] = float(np.mean(has_agg))
         # "as served": one fixed draw of tiers at the training mix, shared by both tiered VMs
         served = sample_tiers(
-            np.random.default_rng(SERVED_SEED), test.tier_available, cfg.tier_rates
+            np.random.default_rng(SERVED_SEED), view.available[sl_te], cfg.tier_rates
         )
         specs = [VM_SOLARIS, VM_SOLARIS_KD] if lag == 0 else [VM_SOLARIS]
         for spec in specs:

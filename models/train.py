@@ -1,11 +1,8 @@
-"""Training loops for the FM and the VMs (torch, CPU, seeded).
+"""FM training (torch, CPU, seeded) and the helpers both trainers share.
 
-- ``train_fm``: minibatch Adam on period A, early stopping on A's tail (Δ = 0). A share of the
-  training examples sees a randomly stale history (``TrainConfig.fm_lag_share``) so the FM learns
-  what survives staleness (design §7).
-- ``fit_vm``: one VM variant at one grid point; early stopping on a validation slice, or a fixed
-  number of epochs when refitting. ``tune_vm`` runs the grid on B's train/valid slices and refits
-  the best point on all of B with the best epoch count (fair baselines: every variant tuned alike).
+``train_fm``: minibatch Adam on period A, early stopping on A's tail (Δ = 0). A share of the
+training examples sees a randomly stale history (``TrainConfig.fm_lag_share``) so the FM learns
+what survives staleness (design §7). VM training lives in ``models.train_vm``.
 """
 
 from __future__ import annotations
@@ -15,17 +12,16 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from models.config import MINUTE_MS, GridPoint, TrainConfig
+from models.config import MINUTE_MS, TrainConfig
 from models.features import HistoryIndex, Vocab, fm_inputs
 from models.fm import FoundationModel
 from models.metrics import logloss
-from models.vm import N_TIERS, VerticalModel
 
 log = logging.getLogger(__name__)
 Report = Callable[[str], None]
@@ -39,7 +35,7 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(max(1, threads))
 
 
-def _bce() -> nn.BCEWithLogitsLoss:
+def bce() -> nn.BCEWithLogitsLoss:
     return nn.BCEWithLogitsLoss()
 
 
@@ -71,7 +67,7 @@ def fm_batch_inputs(
     return fm_inputs(vocab, ex.item, reference, hist)
 
 
-def _to_torch(inputs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+def to_torch(inputs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
 
 
@@ -84,7 +80,7 @@ def predict_fm(
     n = next(iter(inputs.values())).shape[0]
     embs, logits = [], []
     for s in range(0, n, batch):
-        part = _to_torch({k: v[s : s + batch] for k, v in inputs.items()})
+        part = to_torch({k: v[s : s + batch] for k, v in inputs.items()})
         e, z = model(**part)
         embs.append(e.numpy())
         logits.append(z.numpy())
@@ -125,11 +121,11 @@ def train_fm(
     opt = torch.optim.Adam(model.parameters(), lr=cfg.fm_lr, weight_decay=cfg.fm_weight_decay)
     valid_in = fm_batch_inputs(vocab, index, valid, np.zeros(len(valid), np.int64), cfg.history_len)
     best, best_state, bad = float("inf"), copy.deepcopy(model.state_dict()), 0
-    loss_fn = _bce()
+    loss_fn = bce()
     for epoch in range(cfg.fm_epochs):
         model.train()
         lags = _sample_lags(rng, len(train), cfg)
-        inputs = _to_torch(fm_batch_inputs(vocab, index, train, lags, cfg.history_len))
+        inputs = to_torch(fm_batch_inputs(vocab, index, train, lags, cfg.history_len))
         y = torch.from_numpy(train.label.astype(np.float32))
         perm = torch.from_numpy(rng.permutation(len(train)))
         for s in range(0, len(train), cfg.fm_batch):
@@ -156,300 +152,3 @@ def train_fm(
     model.load_state_dict(best_state)
     model.eval()
     return model
-
-
-# --- VMs -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """What a VM variant consumes and how it is trained."""
-
-    name: str
-    fm_logit: bool = False
-    embedding: bool = False
-    kd: bool = False
-
-
-@dataclass(frozen=True)
-class FMHead:
-    """The FM's CTR head (logit = weight · embedding + bias), to warm-start ``vm_solaris``."""
-
-    weight: np.ndarray  # float32 [d]
-    bias: float
-
-    @classmethod
-    def of(cls, fm: FoundationModel) -> FMHead:
-        w = fm.head.weight.detach().numpy().reshape(-1).astype(np.float32).copy()
-        return cls(w, float(fm.head.bias.detach().item()))
-
-
-@dataclass(frozen=True)
-class VMData:
-    """Inputs of VM training/evaluation rows (numpy, aligned; unused parts may be None)."""
-
-    user: np.ndarray  # int64 [N] (vocab indices)
-    item: np.ndarray  # int64 [N]
-    context: np.ndarray  # int64 [N, 2]
-    label: np.ndarray  # int8 [N]
-    fm_logit: np.ndarray | None = None  # float32 [N] (FM at the variant's lag)
-    teacher_logit: np.ndarray | None = None  # float32 [N] (FM at Δ = 0, for KD)
-    tier_embeddings: np.ndarray | None = None  # float32 [N, 3, d]: exact, aggregate, neighbours
-    tier_available: np.ndarray | None = None  # bool [N, 3]
-
-    def take(self, idx: np.ndarray) -> VMData:
-        def sub(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else a[idx]
-
-        return VMData(
-            self.user[idx],
-            self.item[idx],
-            self.context[idx],
-            self.label[idx],
-            sub(self.fm_logit),
-            sub(self.teacher_logit),
-            sub(self.tier_embeddings),
-            sub(self.tier_available),
-        )
-
-    def __len__(self) -> int:
-        return int(self.label.shape[0])
-
-
-def sample_tiers(
-    rng: np.random.Generator, available: np.ndarray, rates: tuple[float, ...]
-) -> np.ndarray:
-    """Draw a tier per row from ``rates``; an unavailable tier falls through to the next one."""
-    n = available.shape[0]
-    tier = np.asarray(rng.choice(N_TIERS, size=n, p=np.asarray(rates) / np.sum(rates)))
-    for t in range(3):  # exact(0) is always available; aggregate(1) → neighbours(2) → missing(3)
-        bad = (tier == t) & ~available[:, t]
-        tier = np.where(bad, t + 1, tier)
-    return tier.astype(np.int64)
-
-
-def select_tier(data: VMData, tier: np.ndarray) -> np.ndarray:
-    """The embedding each row gets under ``tier`` (zeros for missing), float32 [N, d]."""
-    if data.tier_embeddings is None:
-        raise ValueError("no tier embeddings")
-    idx = np.minimum(tier, 2)
-    out = data.tier_embeddings[np.arange(len(data)), idx]
-    return np.where((tier == 3)[:, None], 0.0, out).astype(np.float32)
-
-
-def vm_tensors(spec: VariantSpec, data: VMData, tier: np.ndarray | None) -> dict[str, torch.Tensor]:
-    """Forward kwargs of a ``VerticalModel`` for these rows."""
-    out = {
-        "user": torch.from_numpy(data.user),
-        "item": torch.from_numpy(data.item),
-        "context": torch.from_numpy(data.context),
-    }
-    if spec.fm_logit:
-        if data.fm_logit is None:
-            raise ValueError(f"{spec.name} needs fm_logit")
-        out["fm_logit"] = torch.from_numpy(data.fm_logit)
-    if spec.embedding:
-        if tier is None:
-            raise ValueError(f"{spec.name} needs tiers")
-        out["embedding"] = torch.from_numpy(select_tier(data, tier))
-        out["tier"] = torch.from_numpy(tier)
-    return out
-
-
-def build_vm(
-    spec: VariantSpec,
-    cfg: TrainConfig,
-    n_users: int,
-    n_items: int,
-    gp: GridPoint,
-    train: VMData,
-    fm_head: FMHead | None = None,
-) -> VerticalModel:
-    model = VerticalModel(
-        n_users,
-        n_items,
-        cfg.vm_id_dim,
-        cfg.vm_hidden,
-        spec.fm_logit,
-        train.tier_embeddings.shape[-1]
-        if spec.embedding and train.tier_embeddings is not None
-        else 0,
-        gp.id_dropout,
-        cfg.vm_emb_proj_dim,
-    )
-    logit_stats = None
-    if spec.fm_logit and train.fm_logit is not None:
-        logit_stats = (float(train.fm_logit.mean()), float(train.fm_logit.std() + 1e-6))
-    emb_mean = emb_std = None
-    if spec.embedding and train.tier_embeddings is not None:
-        exact = torch.from_numpy(train.tier_embeddings[:, 0])
-        emb_mean, emb_std = exact.mean(0), exact.std(0)
-    model.set_input_stats(logit_stats, emb_mean, emb_std)
-    if spec.embedding and fm_head is not None and train.tier_embeddings is not None:
-        score = train.tier_embeddings[:, 0] @ fm_head.weight + fm_head.bias
-        stats = (float(score.mean()), float(score.std() + 1e-6))
-        model.init_from_fm_head(torch.from_numpy(fm_head.weight), fm_head.bias, stats)
-    return model
-
-
-@torch.no_grad()
-def predict_vm(
-    model: VerticalModel,
-    spec: VariantSpec,
-    data: VMData,
-    tier: np.ndarray | None,
-) -> np.ndarray:
-    """Probabilities float32 [N]."""
-    model.eval()
-    z = model(**vm_tensors(spec, data, tier))
-    return torch.sigmoid(z).numpy().astype(np.float32)
-
-
-def fit_vm(
-    spec: VariantSpec,
-    cfg: TrainConfig,
-    n_users: int,
-    n_items: int,
-    gp: GridPoint,
-    train: VMData,
-    valid: VMData | None,
-    seed: int,
-    fm_head: FMHead | None = None,
-) -> tuple[VerticalModel, int, float]:
-    """Train one VM. With ``valid``: early stopping, returns (model, best epochs, valid logloss);
-    without: exactly ``gp.epochs`` epochs."""
-    seed_everything(seed, cfg.threads)
-    rng = np.random.default_rng(seed + 1)
-    model = build_vm(spec, cfg, n_users, n_items, gp, train, fm_head)
-    opt = torch.optim.Adam(model.parameters(), lr=gp.lr, weight_decay=gp.weight_decay)
-    y = torch.from_numpy(train.label.astype(np.float32))
-    teacher = None
-    if spec.kd:
-        if train.teacher_logit is None:
-            raise ValueError(f"{spec.name} needs teacher logits")
-        teacher = torch.sigmoid(torch.from_numpy(train.teacher_logit) / cfg.kd_temperature)
-    valid_tier = None
-    if valid is not None and spec.embedding and valid.tier_available is not None:
-        valid_tier = sample_tiers(
-            np.random.default_rng(seed + 2), valid.tier_available, cfg.tier_rates
-        )
-    n_epochs = cfg.vm_epochs if valid is not None else max(gp.epochs, 1)
-    best, best_epoch, best_state, bad = float("inf"), 1, copy.deepcopy(model.state_dict()), 0
-    bce = _bce()
-    t_sq = cfg.kd_temperature**2
-    for epoch in range(n_epochs):
-        model.train()
-        tier = None
-        if spec.embedding and train.tier_available is not None:
-            tier = sample_tiers(rng, train.tier_available, cfg.tier_rates)
-        inputs = vm_tensors(spec, train, tier)
-        exact_inputs = None
-        if spec.embedding and cfg.vm_exact_weight > 0:
-            exact_inputs = vm_tensors(spec, train, np.zeros(len(train), np.int64))
-        perm = torch.from_numpy(rng.permutation(len(train)))
-        for s in range(0, len(train), cfg.vm_batch):
-            b = perm[s : s + cfg.vm_batch]
-            z = model(**{k: v[b] for k, v in inputs.items()})
-            loss = bce(z, y[b])
-            if teacher is not None:
-                soft = nn.functional.binary_cross_entropy_with_logits(
-                    z / cfg.kd_temperature, teacher[b]
-                )
-                loss = (1 - cfg.kd_weight) * loss + cfg.kd_weight * t_sq * soft
-            if spec.embedding:
-                loss = loss + _extreme_tier_loss(model, cfg, exact_inputs, inputs, b, y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        if valid is None:
-            continue
-        ll = logloss(valid.label, predict_vm(model, spec, valid, valid_tier))
-        if ll < best - 1e-5:
-            best, best_epoch, best_state, bad = ll, epoch + 1, copy.deepcopy(model.state_dict()), 0
-        else:
-            bad += 1
-            if bad > cfg.vm_patience:
-                break
-    if valid is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return model, best_epoch, best
-
-
-def _extreme_tier_loss(
-    model: VerticalModel,
-    cfg: TrainConfig,
-    exact_inputs: dict[str, torch.Tensor] | None,
-    inputs: dict[str, torch.Tensor],
-    b: torch.Tensor,
-    y: torch.Tensor,
-) -> torch.Tensor:
-    """Extra passes of every row as ``exact`` and as ``missing`` (vm_solaris variants).
-
-    The sampled pass teaches the realistic tier mix; these two make sure the extremes are
-    learned from all rows: full coverage should be at least as good as score transfer, and a
-    store outage should degrade the ranker to (about) the baseline VM, not below it.
-    """
-    bce = _bce()
-    loss = torch.zeros(())
-    if exact_inputs is not None:
-        loss = loss + cfg.vm_exact_weight * bce(
-            model(**{k: v[b] for k, v in exact_inputs.items()}), y
-        )
-    if cfg.vm_missing_weight > 0:
-        batch = {k: v[b] for k, v in inputs.items()}
-        batch["embedding"] = torch.zeros_like(batch["embedding"])
-        batch["tier"] = torch.full_like(batch["tier"], N_TIERS - 1)
-        loss = loss + cfg.vm_missing_weight * bce(model(**batch), y)
-    return loss
-
-
-def grid(cfg: TrainConfig) -> list[GridPoint]:
-    return [
-        GridPoint(lr, wd, dr)
-        for lr in cfg.vm_lrs
-        for wd in cfg.vm_weight_decays
-        for dr in cfg.vm_id_dropouts
-    ]
-
-
-def tune_vm(
-    spec: VariantSpec,
-    cfg: TrainConfig,
-    n_users: int,
-    n_items: int,
-    train: VMData,
-    valid: VMData,
-    seed: int,
-    fixed: GridPoint | None = None,
-    fm_head: FMHead | None = None,
-    candidates: list[GridPoint] | None = None,
-) -> tuple[VerticalModel, GridPoint]:
-    """Search ``candidates`` (default: the full grid) on (train, valid) unless ``fixed`` is
-    given, then refit the best point on train ∪ valid for its best epoch count."""
-    if fixed is None:
-        scored = []
-        for gp in candidates or grid(cfg):
-            _, epochs, ll = fit_vm(spec, cfg, n_users, n_items, gp, train, valid, seed, fm_head)
-            scored.append((ll, replace(gp, epochs=epochs)))
-            log.debug("%s %s valid logloss %.5f", spec.name, gp, ll)
-        fixed = min(scored, key=lambda s: s[0])[1]
-    full = _concat(train, valid)
-    model, _, _ = fit_vm(spec, cfg, n_users, n_items, fixed, full, None, seed, fm_head)
-    return model, fixed
-
-
-def _concat(a: VMData, b: VMData) -> VMData:
-    def cat(x: np.ndarray | None, y: np.ndarray | None) -> np.ndarray | None:
-        return None if x is None or y is None else np.concatenate([x, y])
-
-    return VMData(
-        np.concatenate([a.user, b.user]),
-        np.concatenate([a.item, b.item]),
-        np.concatenate([a.context, b.context]),
-        np.concatenate([a.label, b.label]),
-        cat(a.fm_logit, b.fm_logit),
-        cat(a.teacher_logit, b.teacher_logit),
-        cat(a.tier_embeddings, b.tier_embeddings),
-        cat(a.tier_available, b.tier_available),
-    )

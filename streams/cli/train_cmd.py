@@ -19,7 +19,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from streams.settings import Settings
@@ -171,7 +170,8 @@ def evaluate(
     from models.evaluate import markdown
 
     bundle, evaluation, secs = _train(dataset, traffic, data_dir, seeds, model_dir)
-    console.print(Markdown(markdown(evaluation)))
+    # raw Markdown (not rendered): it pastes into issues and stays readable in narrow terminals
+    console.print(markdown(evaluation), markup=False, highlight=False, soft_wrap=True)
     console.print(f"bundle {bundle} ({secs:.0f} s)")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
