@@ -107,7 +107,7 @@ class FeatureReader:
         cfg = self.config
         start = time.perf_counter()
         budget = cfg.deadline_ms if deadline_ms is None else deadline_ms
-        items = [int(i) for i in item_ids]
+        items = list(map(int, item_ids))
         n = len(items)
         out = Lookup(
             np.zeros((n, cfg.dim), np.float32),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import groupby
+from operator import itemgetter
 
 import redis
 from redis.backoff import NoBackoff
@@ -108,12 +110,10 @@ class RedisStore:
         """The keys one read of ``batch`` fetches, in result order."""
         lay = self.layout
         keys: list[bytes] = []
-        if batch.pairs:
-            first_user = batch.pairs[0][0]
-            if all(u == first_user for u, _ in batch.pairs):
-                keys.extend(lay.pairs(first_user, [i for _, i in batch.pairs]))
-            else:
-                keys.extend(lay.pair(u, i) for u, i in batch.pairs)
+        # Pairs come grouped by user (one user per request; neighbour rounds are user-major):
+        # one ``pairs`` call per run of equal users, with no per-key check of the user.
+        for user, run in groupby(batch.pairs, key=itemgetter(0)):
+            keys.extend(lay.pairs(user, [i for _, i in run]))
         keys.extend(lay.aggregate(u) for u in batch.aggregates)
         keys.extend(lay.neighbours(u) for u in batch.neighbours)
         return keys
