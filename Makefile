@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SOLARIS := $(VENV)/bin/solaris
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock demo test test-unit lint format infra-up infra-down
+.PHONY: help setup lock demo test test-unit lint format infra-up infra-down bench
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,11 @@ lint: setup  ## ruff lint + format check
 
 format: setup  ## apply ruff fixes and formatting
 	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .
+
+# Reuses an existing venv as is (no editable reinstall under processes that may be running).
+bench:  ## all benchmarks (~10 min; Kafka + Redis started if needed): bench/results/*.json + summary
+	@test -x $(SOLARIS) || $(MAKE) setup
+	@SOLARIS_LOG_LEVEL=$${SOLARIS_LOG_LEVEL:-WARNING} bash infra/with-services.sh $(SOLARIS) bench all --json bench/results
 
 infra-up: setup  ## start the local Kafka broker and Redis
 	@$(SOLARIS) infra up

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from streams.cli import (
+    bench_cmd,
     data_cmd,
     demo_cmd,
     infra_cmd,
@@ -31,6 +32,7 @@ train_cmd.register(app)
 live_cmd.register(app)
 simulate_cmd.register(app)
 demo_cmd.register(app)
+bench_cmd.register(app)
 
 
 @app.callback()

@@ -1,0 +1,303 @@
+"""``fm``: FM throughput (pairs/s) bare, inside the engine's ``Embedder``, and in the live worker.
+
+* **bare** — ``onnxruntime.InferenceSession.run`` on prebuilt input tensors of real pairs: the
+  floor, nothing but the model.
+* **embedder** — the engine's :class:`~streams.engine.embedder.Embedder` on the same pairs
+  in-process: history cuts, vocabulary lookups, the ONNX call, ``PairEmbedding`` records and the
+  in-memory store write. Measured interleaved with bare (alternating order per round).
+* **live** — verified messages of the same pairs replayed into Kafka, then a real
+  ``solaris worker --agents embed`` (Faust) embeds them and writes Redis. Its rate is timed from
+  the first to the last pair written (the workers' ``embedded`` counter, polled every 10 ms) and
+  compared with bare measured just before and just after it.
+
+The worker's micro-batch is ``SOLARIS_EMBED_BATCH_SIZE`` = 128 *messages* (one per request), so
+a live FM call holds more pairs than 128; the pairs per call are reported, with bare measured at
+that size too (``live_over_bare_matched``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from bench.common import BenchResult, Target, machine_info, ratio, redis_version
+from bench.live import LiveRun
+from bench.workload import (
+    FULL_TRAFFIC,
+    SMOKE_TRAFFIC,
+    PairWorkload,
+    bench_bundle,
+    bench_traffic,
+    pair_workload,
+)
+from models.features import fm_inputs
+from models.runtime import FMRunner, UserHistory, cut_histories
+from schemas.records import PairProposal
+from store.memory import InMemoryStore
+from streams.engine.embedder import Embedder
+from streams.settings import Settings
+
+TARGETS = {
+    "embedder_over_bare_128": Target(0.9, upper=False),
+    "live_over_bare_128": Target(0.7, upper=False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FMConfig:
+    """Sizes and durations; :meth:`smoke` is the seconds-long variant the test suite runs."""
+
+    batch_sizes: tuple[int, ...] = (32, 128, 512)
+    rounds: int = 4
+    seconds_per_point: float = 1.0  #: per round, batch size and method
+    in_process_pairs: int = 20_000
+    live_pairs: int = 150_000
+    live: bool = True
+    live_timeout_s: float = 240.0
+
+    @classmethod
+    def smoke(cls) -> FMConfig:
+        return cls(
+            batch_sizes=(32, 128),
+            rounds=1,
+            seconds_per_point=0.05,
+            in_process_pairs=600,
+            live_pairs=600,
+            live_timeout_s=60.0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """``size`` pairs: engine inputs (proposals + histories) and the bare model's tensors."""
+
+    proposals: list[PairProposal]
+    histories: list[UserHistory]
+    tensors: dict[str, np.ndarray]
+
+
+def _flatten(wl: PairWorkload) -> tuple[list[PairProposal], list[UserHistory]]:
+    props: list[PairProposal] = []
+    hists: list[UserHistory] = []
+    for m, h in zip(wl.messages, wl.histories, strict=True):
+        for item in m.item_ids:
+            props.append(PairProposal(m.request_id, m.user_id, item, m.event_time_ms, "candidates"))
+            hists.append(h)
+    return props, hists
+
+
+def _batches(
+    fm: FMRunner, props: list[PairProposal], hists: list[UserHistory], size: int, limit: int = 64
+) -> list[Batch]:
+    """Up to ``limit`` consecutive batches of ``size`` pairs with their bare-model tensors."""
+    out = []
+    for start in range(0, len(props) - size + 1, size):
+        p, h = props[start : start + size], hists[start : start + size]
+        times = np.fromiter((x.event_time_ms for x in p), np.int64, size)
+        items = np.fromiter((x.item_id for x in p), np.int64, size)
+        tensors = fm_inputs(fm.item_vocab, items, times, cut_histories(h, times, fm.history_len))
+        out.append(Batch(p, h, tensors))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _bare_session(path: Path, provider: str, threads: int) -> ort.InferenceSession:
+    """The FM as a plain ``InferenceSession`` with the engine's session options."""
+    opts = ort.SessionOptions()
+    if threads > 0:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=[provider])
+
+
+def _rate(
+    step: Callable[[Batch], object], batches: list[Batch], seconds: float
+) -> tuple[int, float]:
+    """Run ``step`` over ``batches`` cyclically for about ``seconds``: (pairs, elapsed s)."""
+    pairs, clock = 0, time.perf_counter
+    start = clock()
+    for b in itertools.cycle(batches):
+        step(b)
+        pairs += len(b.proposals)
+        if clock() - start >= seconds:
+            break
+    return pairs, clock() - start
+
+
+def _in_process(
+    cfg: FMConfig,
+    bare: ort.InferenceSession,
+    fm: FMRunner,
+    props: list[PairProposal],
+    hists: list[UserHistory],
+    ttl_ms: int,
+) -> dict[int, dict[str, float]]:
+    """Bare vs embedder pairs/s per batch size, interleaved over rounds in alternating order."""
+    embedder = Embedder(fm)
+    store = InMemoryStore()
+
+    def run_bare(b: Batch) -> object:
+        return bare.run(None, b.tensors)
+
+    def run_embedder(b: Batch) -> object:
+        store.write_pairs(embedder.embed(b.proposals, b.histories), ttl_ms)
+        return None
+
+    def run_embed_only(b: Batch) -> object:  # without the store write: where the time goes
+        return embedder.embed(b.proposals, b.histories)
+
+    methods = [("bare", run_bare), ("embedder", run_embedder), ("embed_only", run_embed_only)]
+    batches = {n: _batches(fm, props, hists, n) for n in cfg.batch_sizes}
+    totals = {n: {name: [0, 0.0] for name, _ in methods} for n in cfg.batch_sizes}
+    for n in cfg.batch_sizes:  # warm-up: first runs allocate arenas and fill caches
+        for _, step in methods:
+            _rate(step, batches[n], cfg.seconds_per_point / 4)
+    for r in range(cfg.rounds):
+        for n in cfg.batch_sizes:
+            for j in range(len(methods)):  # rotate which method goes first
+                name, step = methods[(r + j) % len(methods)]
+                pairs, secs = _rate(step, batches[n], cfg.seconds_per_point)
+                totals[n][name][0] += pairs
+                totals[n][name][1] += secs
+    return {
+        n: {name: pairs / secs for name, (pairs, secs) in by.items()} for n, by in totals.items()
+    }
+
+
+def _bare_at(
+    bare: ort.InferenceSession,
+    fm: FMRunner,
+    props: list[PairProposal],
+    hists: list[UserHistory],
+    size: int,
+    seconds: float,
+) -> float:
+    batches = _batches(fm, props, hists, size, limit=8)
+    if not batches:
+        return 0.0
+    pairs, secs = _rate(lambda b: bare.run(None, b.tensors), batches, seconds)
+    return pairs / secs
+
+
+def _live(
+    settings: Settings, bundle: Path, wl: PairWorkload, cfg: FMConfig, log_dir: Path
+) -> dict[str, Any]:
+    """Backlog of verified messages in Kafka, then one FM worker drains it; its pairs/s."""
+    env = {"SOLARIS_EMBED_BATCH_SIZE": "128"}
+    with LiveRun(settings, bundle, log_dir, env) as run:
+        produce_s = run.produce_verified(wl.messages)
+        total = wl.pairs
+        run.start("fm", "embed")
+        deadline = time.monotonic() + cfg.live_timeout_s
+        first: tuple[float, int] | None = None
+        last: tuple[float, int] = (0.0, 0)
+        while last[1] < total:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"live FM wrote {last[1]} of {total} pairs in time")
+            n = run.counter("embedded")
+            now = time.perf_counter()
+            if n and first is None:
+                first = (now, n)
+            if n != last[1]:
+                last = (now, n)
+            run.children.check()
+            time.sleep(0.01)
+        calls = run.counter("fm_batches")
+    if first is None:  # unreachable: the loop ends only once pairs were written
+        raise RuntimeError("live FM wrote no pairs")
+    span = last[0] - first[0]
+    return {
+        "pairs": total,
+        "messages": len(wl.messages),
+        "produce_seconds": produce_s,
+        "seconds_first_to_last": span,
+        "pairs_per_s": (last[1] - first[1]) / span if span > 0 else None,
+        "fm_calls": calls,
+        "pairs_per_fm_call": total / calls if calls else None,
+        "embed_batch_messages": 128,
+    }
+
+
+def run_fm(settings: Settings, cfg: FMConfig | None = None, smoke: bool = False) -> BenchResult:
+    """Train/load the bench bundle, then measure bare, embedder and (unless disabled) live."""
+    from models.bundle import load_bundle
+
+    cfg = cfg or (FMConfig.smoke() if smoke else FMConfig())
+    machine = machine_info({"redis": redis_version(settings.store_url)})
+    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
+    bundle_path = bench_bundle(settings, traffic, smoke)
+    bundle = load_bundle(bundle_path, threads=settings.onnx_threads)
+    fm = bundle.fm
+    provider = fm.session.provider
+    bare = _bare_session(bundle_path / "fm.onnx", provider, settings.onnx_threads)
+    wl = pair_workload(
+        traffic, fm.history_len, max(cfg.in_process_pairs, cfg.live_pairs if cfg.live else 0)
+    )
+    props, hists = _flatten(wl)
+    props, hists = props[: cfg.in_process_pairs], hists[: cfg.in_process_pairs]
+    rates = _in_process(cfg, bare, fm, props, hists, settings.pair_ttl_ms)
+    results: dict[str, Any] = {
+        "bundle": bundle_path.name,
+        "dim": fm.dim,
+        "history_len": fm.history_len,
+        "onnx_threads": settings.onnx_threads,
+        "provider": provider,
+        "pairs_per_s": {str(n): r for n, r in rates.items()},
+    }
+    ratios: dict[str, float | None] = {
+        f"embedder_over_bare_{n}": ratio(r["embedder"], r["bare"]) for n, r in rates.items()
+    }
+    for n, r in rates.items():
+        ratios[f"embed_only_over_bare_{n}"] = ratio(r["embed_only"], r["bare"])
+    if cfg.live:
+        ref = 128 if 128 in cfg.batch_sizes else cfg.batch_sizes[-1]
+        before = _bare_at(bare, fm, props, hists, ref, cfg.seconds_per_point * 2)
+        live = _live(settings, bundle_path, wl, cfg, settings.cache_dir / "run" / "bench-logs")
+        after = _bare_at(bare, fm, props, hists, ref, cfg.seconds_per_point * 2)
+        per_call = round(live["pairs_per_fm_call"] or ref)
+        matched = _bare_at(
+            bare, fm, props, hists, min(per_call, len(props)), cfg.seconds_per_point * 2
+        )
+        live["bare_around_live_pairs_per_s"] = (before + after) / 2
+        live["bare_at_live_batch_pairs_per_s"] = matched
+        results["live"] = live
+        ratios[f"live_over_bare_{ref}"] = ratio(live["pairs_per_s"], (before + after) / 2)
+        ratios["live_over_bare_matched"] = ratio(live["pairs_per_s"], matched)
+    machine["fm_provider"] = provider
+    return BenchResult("fm", machine, results, ratios, TARGETS if not smoke else {}, smoke)
+
+
+def fm_table(res: BenchResult) -> list[list[str]]:
+    """Rows ``batch | bare pairs/s | engine pairs/s | ratio | embed-only ratio`` (+ live)."""
+    rows = []
+    for n, r in res.results["pairs_per_s"].items():
+        rows.append(
+            [
+                n,
+                f"{r['bare']:,.0f}",
+                f"{r['embedder']:,.0f}",
+                f"{r['embedder'] / r['bare']:.3f}",
+                f"{r['embed_only'] / r['bare']:.3f}",
+            ]
+        )
+    live = res.results.get("live")
+    if live and live.get("pairs_per_s"):
+        rows.append(
+            [
+                f"live ({live['pairs_per_fm_call']:.0f} pairs/call)",
+                f"{live['bare_around_live_pairs_per_s']:,.0f}",
+                f"{live['pairs_per_s']:,.0f}",
+                f"{live['pairs_per_s'] / live['bare_around_live_pairs_per_s']:.3f}",
+                "",
+            ]
+        )
+    return rows

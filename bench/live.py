@@ -1,0 +1,141 @@
+"""A throwaway live deployment for one benchmark: unique topics and keys, worker processes, cleanup.
+
+Workers are the real ``solaris worker`` processes (as ``make demo`` starts them), configured
+through ``SOLARIS_*`` variables of their environment. Everything a run creates carries its own
+prefix, and :meth:`LiveRun.close` removes it: child processes (TERM, then KILL), topics (incl.
+Faust changelogs), consumer groups, store keys and the Faust data directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import redis
+from confluent_kafka import KafkaException, Producer
+
+from bench.common import delete_keys, run_id
+from schemas.codec import Codec
+from schemas.limits import Limits
+from schemas.records import ProposalBatch
+from streams.demo import Children, solaris_cmd, wait_for_groups
+from streams.settings import Settings
+from streams.topics import admin_client, create_topics
+
+log = logging.getLogger(__name__)
+PIPELINE_ROLES = "history,speculate,verify,aggregate,neighbours"
+
+
+class LiveRun:
+    """Topics, keys and worker processes under one fresh prefix; use as a context manager."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        bundle: Path,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        prefix = run_id("bench")
+        self.settings = settings.model_copy(
+            update={"topic_prefix": prefix, "key_prefix": prefix, "bundle_dir": bundle}
+        )
+        self.log_dir = log_dir
+        self.env = dict(os.environ)
+        self.env.update(
+            SOLARIS_TOPIC_PREFIX=prefix,
+            SOLARIS_KEY_PREFIX=prefix,
+            SOLARIS_BUNDLE_DIR=str(bundle),
+            PYTHONUNBUFFERED="1",
+        )
+        self.env.update(env or {})
+        self.children = Children()
+        self._stats = redis.Redis.from_url(settings.store_url, socket_timeout=2.0)
+
+    @property
+    def prefix(self) -> str:
+        return self.settings.topic_prefix
+
+    def __enter__(self) -> LiveRun:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        create_topics(self.settings)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, name: str, roles: str) -> None:
+        """Start ``solaris worker --agents roles`` (its log is ``<log_dir>/<name>.log``)."""
+        self.children.start(
+            name, [*solaris_cmd(), "worker", "--agents", roles], self.env, self.log_dir
+        )
+
+    def wait_ready(self, groups: list[str], timeout_s: float = 120.0) -> None:
+        """Block until the workers' consumer groups are stable; raise if a worker died."""
+        try:
+            wait_for_groups(self.settings, [f"{self.prefix}-{g}" for g in groups], timeout_s)
+        finally:
+            self.children.check()
+
+    def counter(self, field: str, role: str = "pipeline") -> int:
+        """One field of the workers' shared stats hash (``streams.live.stats``), 0 when absent."""
+        raw = self._stats.hget(f"{self.prefix}:stats:{role}", field)
+        return int(float(raw)) if raw is not None else 0
+
+    def produce_verified(self, messages: list[ProposalBatch]) -> float:
+        """Write ``messages`` to the ``verified`` topic (keyed by user); returns the seconds taken."""
+        codec = Codec(Limits(max_candidates=self.settings.max_candidates))
+        producer = Producer(
+            {
+                "bootstrap.servers": self.settings.kafka_bootstrap,
+                "linger.ms": 5,
+                "queue.buffering.max.messages": 500_000,
+            }
+        )
+        topic = self.settings.topic("verified")
+        start = time.perf_counter()
+        for m in messages:
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        key=str(m.user_id).encode(),
+                        value=codec.encode(m),
+                        timestamp=m.event_time_ms,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        if producer.flush(60):
+            raise RuntimeError("verified messages not delivered within 60 s")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Stop the workers, then delete everything this run created (best effort, logged)."""
+        self.children.stop()
+        self._stats.close()
+        delete_keys(self.settings.store_url, self.prefix)
+        admin = admin_client(self.settings)
+        try:
+            topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(self.prefix)]
+            if topics:
+                for fut in admin.delete_topics(topics, operation_timeout=30).values():
+                    fut.result()
+            groups = [
+                g.group_id
+                for g in admin.list_consumer_groups(request_timeout=10).result().valid
+                if g.group_id.startswith(self.prefix)
+            ]
+            if groups:
+                for fut in admin.delete_consumer_groups(groups, request_timeout=10).values():
+                    with contextlib.suppress(KafkaException):  # a group still settling
+                        fut.result()
+        except KafkaException as exc:
+            log.warning("benchmark cleanup of %s incomplete: %s", self.prefix, exc)
+        faust_dir = self.settings.cache_dir / "run" / "faust"
+        for path in faust_dir.glob(f"{self.prefix}-*"):
+            shutil.rmtree(path, ignore_errors=True)

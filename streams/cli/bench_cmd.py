@@ -1,0 +1,86 @@
+"""``solaris bench serve|fm|store|pipeline|all``: benchmarks as side-by-side ratios (``bench/``).
+
+Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
+writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
+variant that checks the plumbing only (the test suite uses it); its numbers mean nothing.
+Kafka and Redis must be running (``solaris infra up``) for serve, fm and pipeline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="Benchmarks: serving reads, FM throughput, storage, pipeline (ratios, JSON).",
+    no_args_is_help=True,
+)
+
+SmokeOpt = Annotated[
+    bool, typer.Option("--smoke", help="Tiny run that checks plumbing; numbers are meaningless.")
+]
+JsonOpt = Annotated[
+    Path | None,
+    typer.Option("--json", help="Result file (default bench/results/<name>.json).", dir_okay=False),
+]
+
+
+def _one(name: str, json_path: Path | None, smoke: bool) -> None:
+    from bench.runner import report, run_bench
+    from streams.settings import Settings
+
+    result = run_bench(name, Settings(), smoke, json_path)
+    typer.echo(report(result))
+
+
+@app.command("serve")
+def serve(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """FeatureReader.lookup p50/p99/p999 vs one raw MGET (floor) and GET-per-key (naive)."""
+    _one("serve", json_path, smoke)
+
+
+@app.command("fm")
+def fm(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """FM pairs/s: bare onnxruntime vs the engine's Embedder vs the live FM worker."""
+    _one("fm", json_path, smoke)
+
+
+@app.command("store")
+def store(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """Redis bytes per stored pair (chosen encoding vs JSON vs options), 1 M extrapolated."""
+    _one("store", json_path, smoke)
+
+
+@app.command("pipeline")
+def pipeline(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """Sustained events/s of the live pipeline with bounded lag, and the producer's max rate."""
+    _one("pipeline", json_path, smoke)
+
+
+@app.command("all")
+def all_(
+    json_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", help="Folder for <name>.json + summary.json (default bench/results)."
+        ),
+    ] = None,
+    smoke: SmokeOpt = False,
+) -> None:
+    """Every benchmark, then the summary table of ratios vs targets; exit 1 if one failed."""
+    from bench.common import RESULTS_DIR
+    from bench.runner import run_all
+    from streams.settings import Settings
+
+    out = json_dir or RESULTS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    _, failed = run_all(Settings(), smoke, out, typer.echo)
+    if failed:
+        typer.echo(f"failed: {', '.join(failed)}", err=True)
+        raise typer.Exit(1)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="bench")

@@ -1,0 +1,83 @@
+"""Each benchmark's ``--smoke`` mode runs end to end and writes a result file of the agreed shape.
+
+Timings are never asserted (they mean nothing at smoke size on a shared machine); the checks are
+that every benchmark runs against the real Kafka/Redis, cleans up, and reports the ratio keys
+issue 6 asks for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from bench.common import validate_shape
+from bench.runner import run_bench
+from streams.settings import Settings
+from tests.conftest import require_kafka_and_redis
+
+pytestmark = pytest.mark.integration
+
+RATIO_KEYS = {
+    "serve": {"p99_reader_over_floor_50", "p50_naive_over_reader_50"},
+    "fm": {"embedder_over_bare_128", "live_over_bare_128"},
+    "store": {"bytes_per_pair", "json_over_binary"},
+    "pipeline": {"sustained_over_producer_max"},
+}
+
+
+@pytest.fixture()
+def settings(base_settings: Settings) -> Settings:
+    require_kafka_and_redis(base_settings)
+    return base_settings
+
+
+def _check(path: Path, name: str) -> dict:
+    doc = json.loads(path.read_text())
+    validate_shape(doc)
+    assert doc["bench"] == name
+    assert doc["smoke"] is True
+    assert RATIO_KEYS[name] <= set(doc["ratios"])
+    return doc
+
+
+def test_serve_smoke(settings: Settings, tmp_path: Path) -> None:
+    run_bench("serve", settings, True, tmp_path / "serve.json")
+    doc = _check(tmp_path / "serve.json", "serve")
+    res = doc["results"]
+    assert res["naive_serves_same_tiers"] is True
+    assert set(res["tier_mix"]) == {"exact", "aggregate", "neighbours", "missing"}
+    assert {"reader", "floor", "naive"} == set(res["n50"]["latency_ms"])
+    client = redis.Redis.from_url(settings.store_url)
+    try:  # the benchmark deletes what it wrote
+        assert not list(client.scan_iter(match=f"{res['key_prefix']}:*", count=1000))
+    finally:
+        client.close()
+
+
+def test_store_smoke(settings: Settings, tmp_path: Path) -> None:
+    run_bench("store", settings, True, tmp_path / "store.json")
+    doc = _check(tmp_path / "store.json", "store")
+    assert doc["ratios"]["bytes_per_pair"] > 0
+    assert {"binary_f16", "json_f32", "int8"} <= set(doc["results"]["layouts"])
+
+
+def test_fm_smoke(settings: Settings, tmp_path: Path) -> None:
+    run_bench("fm", settings, True, tmp_path / "fm.json")
+    doc = _check(tmp_path / "fm.json", "fm")
+    assert doc["machine"]["fm_provider"] in doc["machine"]["onnxruntime_providers"]
+    assert doc["results"]["live"]["pairs"] > 0
+
+
+def test_pipeline_smoke_through_the_cli(settings: Settings, tmp_path: Path) -> None:
+    from streams.cli.main import app
+
+    out = tmp_path / "pipeline.json"
+    result = CliRunner().invoke(app, ["bench", "pipeline", "--smoke", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = _check(out, "pipeline")
+    assert doc["results"]["steps"] and doc["results"]["producer_max"]["events"] > 0
+    assert "| target ev/s |" in result.output
