@@ -65,6 +65,21 @@ def build_bundle(
     dataset = str(traffic_meta.get("dataset", "unknown"))
     runs = train_all(imps, cfg, report)
     evaluation = json_safe(evaluate_runs(dataset, imps, runs, cfg))
+    traffic_meta["traffic_sha256"] = file_digest(traffic_path)
+    write_bundle(runs, evaluation, cfg, out_dir, key, traffic_meta)
+    return evaluation
+
+
+def write_bundle(
+    runs: list[SeedRun],
+    evaluation: dict[str, Any],
+    cfg: TrainConfig,
+    out_dir: Path,
+    key: str,
+    traffic_meta: dict[str, Any],
+) -> None:
+    """Export seed 0's models, vocabularies, item vectors, meta.json and evaluation.json."""
+    dataset = str(traffic_meta.get("dataset", "unknown"))
     version = f"solaris-{dataset}-{key[:12]}"
     run = runs[0]
     props = {
@@ -98,7 +113,7 @@ def build_bundle(
         "tiers": list(TIER_NAMES),
         "opset": OPSET,
         "code_version": CODE_VERSION,
-        "traffic_sha256": file_digest(traffic_path),
+        "traffic_sha256": traffic_meta.get("traffic_sha256"),
         # A-valid start, B start, B-valid start, C (test) start: the simulator evaluates on C.
         "split_boundaries_ms": list(run.split.boundaries_ms),
         "traffic_metadata": traffic_meta,
@@ -114,4 +129,3 @@ def build_bundle(
     (out_dir / "meta.json").write_text(json.dumps(json_safe(meta), indent=2, sort_keys=True))
     (out_dir / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     log.info("bundle %s written to %s", version, out_dir)
-    return evaluation

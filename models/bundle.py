@@ -6,7 +6,9 @@ A bundle is a directory::
     vm.onnx            baseline VM = the verifier
     vm_solaris.onnx    the ranker's VM (embedding + tier), trained at the serving lag
     vocab.npz          fm_items, vm_users, vm_items: sorted raw ids (int64), no pickle
-    meta.json          model_version, dim, history_len, dataset, serving_lag_ms, metrics, ...
+    item_vectors.npz   ids (sorted int64), vectors (float32 [n, fm_item_dim]): FM item embeddings
+    meta.json          model_version, dim, history_len, dataset, serving_lag_ms,
+                       split_boundaries_ms, metrics, config, ...
     evaluation.json    the full evaluation report (models.evaluate)
 
 ``ensure_bundle`` keys bundles by a hash of the traffic file's bytes + the training config

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "1"
+CODE_VERSION = "2"
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

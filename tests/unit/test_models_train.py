@@ -121,3 +121,36 @@ def test_report_has_the_issue_shape(impressions: Impressions, run) -> None:  # t
     assert set(report["transfer_ratio"]) >= {"kd", "fm_logit", "solaris", "solaris_kd"}
     assert set(report["lagged"]["10m"]["transfer_ratio"]) >= {"solaris", "fm_logit"}
     assert "| fm |" in markdown(report)
+
+
+def test_bundle_written_from_a_run_loads_and_serves(
+    impressions: Impressions,
+    run,  # type: ignore[no-untyped-def]
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    from models.builder import json_safe, write_bundle
+    from models.bundle import load_bundle
+    from models.runtime import UserHistory
+
+    report = json_safe(evaluate_runs("taste", impressions, [run], TINY))
+    write_bundle([run], report, TINY, tmp_path, "k" * 20, {"dataset": "taste"})
+    bundle = load_bundle(tmp_path)
+    assert bundle.meta.model_version == "solaris-taste-kkkkkkkkkkkk"
+    assert bundle.meta.history_len == TINY.history_len and bundle.fm.dim == TINY.embedding_dim
+    assert bundle.meta.extra["split_boundaries_ms"] == list(run.split.boundaries_ms)
+    assert (tmp_path / "item_vectors.npz").is_file() and (tmp_path / "evaluation.json").is_file()
+    # the exported FM reproduces the offline FM on test rows (same features, same numbers)
+    test = run.split.test[:50]
+    users, items = impressions.user_id[test], impressions.item_id[test]
+    times = impressions.event_time_ms[test]
+    hists = []
+    for u in users:
+        mine = impressions.user_id == u
+        hists.append(
+            UserHistory(
+                impressions.item_id[mine], impressions.label[mine], impressions.event_time_ms[mine]
+            )
+        )
+    _, logit = bundle.fm.embed(users, items, times, hists)
+    prob = 1.0 / (1.0 + np.exp(-logit))
+    np.testing.assert_allclose(prob, run.test_probs["fm"][:50], atol=1e-4)
