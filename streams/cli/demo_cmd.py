@@ -60,9 +60,10 @@ def demo(
         path = _resolve_traffic(dataset, traffic, data_dir, settings)
         console.log(f"traffic: {path}")
         with console.status("models (trained once per traffic, then cached)") as status:
+            # One seed: the demo needs a working model, not the evaluation's error bars.
             bundle = ensure_bundle(
                 path,
-                TrainConfig.from_settings(settings),
+                TrainConfig.from_settings(settings, seeds=1),
                 settings.model_dir,
                 lambda msg: status.update(f"training: {msg}"),
             )
