@@ -55,6 +55,9 @@ class ReaderConfig:
     dim: int = 64
     pair_ttl_ms: int = 4 * 3_600_000
     aggregate_ttl_ms: int = 24 * 3_600_000
+    #: max age of a *neighbour's* aggregate in the neighbour tier: it only imitates the user's
+    #: embedding, so older values still beat "missing" (the VM sees the tier)
+    neighbour_aggregate_ttl_ms: int = 7 * 24 * 3_600_000
     neighbour_ttl_ms: int = 24 * 3_600_000
     deadline_ms: float = 20.0
     #: neighbours used per request (best first)
@@ -237,7 +240,7 @@ class FeatureReader:
         agg = decode_many(res.aggregates, cfg.dim)
         self.stats.corrupt_values += agg.corrupt
         fresh_agg = self._fresh(
-            agg.present, agg.event_time_ms, agg.version_tag, t, cfg.aggregate_ttl_ms
+            agg.present, agg.event_time_ms, agg.version_tag, t, cfg.neighbour_aggregate_ttl_ms
         )
         if not fresh_agg.any():
             return

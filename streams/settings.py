@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     aggregate_ttl_ms: int = Field(
         24 * HOUR_MS, gt=0, description="Freshness TTL of a user aggregate after its newest pair."
     )
+    neighbour_aggregate_ttl_ms: int = Field(
+        7 * 24 * HOUR_MS,
+        gt=0,
+        description="Max age of a neighbour's aggregate in the neighbour tier.",
+    )
     neighbour_ttl_ms: int = Field(24 * HOUR_MS, gt=0, description="Freshness TTL of neighbours.")
     read_deadline_ms: float = Field(20.0, gt=0, description="Ranker read deadline per request.")
 
@@ -105,3 +110,8 @@ class Settings(BaseSettings):
     def topic(self, name: str) -> str:
         """Full topic name of a logical topic (``requests`` -> ``solaris.requests``)."""
         return f"{self.topic_prefix}.{name}"
+
+    @property
+    def aggregate_store_ttl_ms(self) -> int:
+        """Physical TTL of stored aggregates: as long as any tier may still read them."""
+        return max(self.aggregate_ttl_ms, self.neighbour_aggregate_ttl_ms)

@@ -335,7 +335,9 @@ def create_app(
                     # writes the same aggregate again (idempotent).
                     await write_with_retry(
                         "write_aggregates",
-                        lambda a=agg: parts.store.write_aggregates([a], settings.aggregate_ttl_ms),
+                        lambda a=agg: parts.store.write_aggregates(
+                            [a], settings.aggregate_store_ttl_ms
+                        ),
                     )
                     metrics.AGGREGATES.inc()
                     aggregates[rec.user_id] = state.to_json()

@@ -45,7 +45,9 @@ class NeighbourRefresher:
             self._restored = True
         since = self.clock.start(t)
         fresh = [
-            int(u) for u, v in aggregates.items() if v and t - int(v["n"]) <= s.aggregate_ttl_ms
+            int(u)
+            for u, v in aggregates.items()
+            if v and t - int(v["n"]) <= s.neighbour_aggregate_ttl_ms
         ]
         index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)
         store = self.parts.store

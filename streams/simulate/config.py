@@ -32,6 +32,11 @@ class SimConfig:
     def pair_ttl_ms(self) -> int:
         return self.reader.pair_ttl_ms
 
+    @property
+    def aggregate_store_ttl_ms(self) -> int:
+        """Physical TTL of aggregates: as long as any tier may read them."""
+        return max(self.reader.aggregate_ttl_ms, self.reader.neighbour_aggregate_ttl_ms)
+
 
 def reader_config(settings: Settings, dim: int) -> ReaderConfig:
     """The ranker's reader knobs from settings (one place, so live and offline agree)."""
@@ -39,6 +44,7 @@ def reader_config(settings: Settings, dim: int) -> ReaderConfig:
         dim=dim,
         pair_ttl_ms=settings.pair_ttl_ms,
         aggregate_ttl_ms=settings.aggregate_ttl_ms,
+        neighbour_aggregate_ttl_ms=settings.neighbour_aggregate_ttl_ms,
         neighbour_ttl_ms=settings.neighbour_ttl_ms,
         deadline_ms=settings.read_deadline_ms,
         max_neighbours=settings.neighbours_k,

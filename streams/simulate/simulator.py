@@ -135,7 +135,7 @@ class Simulator:
                 self.agg_states.setdefault(u, AggregateState()), embeddings
             )
             if aggregate is not None:
-                self.store.write_aggregates([aggregate], cfg.reader.aggregate_ttl_ms)
+                self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
                 self.agg_newest[u] = aggregate.event_time_ms
         if self.reps is not None:
             self.reps.observe(u, r.candidates, t)
@@ -163,7 +163,8 @@ class Simulator:
         if self.reps is None or not self.refresh_clock.due(t):
             return
         since = self.refresh_clock.start(t)
-        fresh = [u for u, tn in self.agg_newest.items() if t - tn <= cfg.reader.aggregate_ttl_ms]
+        horizon = cfg.reader.neighbour_aggregate_ttl_ms
+        fresh = [u for u, tn in self.agg_newest.items() if t - tn <= horizon]
         index, lists = refresh(self.reps, fresh, since, t, cfg.neighbours)
         self.store.write_neighbours(lists, cfg.reader.neighbour_ttl_ms)
         self.reader.cold_start = index

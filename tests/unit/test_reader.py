@@ -152,3 +152,25 @@ def test_empty_candidate_list() -> None:
     r = FeatureReader(InMemoryStore(), ReaderConfig(dim=DIM))
     vectors, tiers, _ = r.lookup(1, [], T0)
     assert vectors.shape == (0, DIM) and tiers.shape == (0,)
+
+
+def test_neighbour_aggregates_may_be_older_than_the_user_aggregate_ttl(
+    store: InMemoryStore,
+) -> None:
+    store.write_neighbours([NeighbourList(1, T0 + 2 * HOUR, (2,), (1.0,))], HOUR)
+    store.write_aggregates([agg(2, T0, 4.0), agg(1, T0, 9.0)], 100 * HOUR)
+    r = FeatureReader(
+        store,
+        ReaderConfig(
+            dim=DIM,
+            pair_ttl_ms=HOUR,
+            aggregate_ttl_ms=HOUR,
+            neighbour_ttl_ms=HOUR,
+            neighbour_aggregate_ttl_ms=3 * HOUR,
+        ),
+    )
+    vectors, tiers, ages = r.lookup(1, [10], T0 + 2 * HOUR + 1)
+    # the user's own aggregate (2 h old) is past its 1 h TTL; the neighbour's is within 3 h
+    assert tiers.tolist() == [Tier.NEIGHBOURS] and ages.tolist() == [2 * HOUR + 1]
+    np.testing.assert_allclose(vectors[0], vec(4.0))
+    assert r.lookup(1, [10], T0 + 3 * HOUR + 1).tiers.tolist() == [Tier.MISSING]
