@@ -90,13 +90,17 @@ def report(result: BenchResult) -> str:
         markdown_table(["bench", "ratio", "value", "target", "met"], result.ratio_rows()),
     ]
     if result.bench == "pipeline":
-        sustained = result.results.get("sustained_events_per_s")
-        producer = result.results["producer_max"]["events_per_s"]
-        parts.append(
-            f"Sustained: {'none' if sustained is None else f'{sustained:,.0f}'} events/s with "
-            f"bounded lag; replay producer alone: {producer:,.0f} events/s."
-        )
+        parts.append(_pipeline_line(result))
     return "\n\n".join(parts)
+
+
+def _pipeline_line(result: BenchResult) -> str:
+    sustained = result.results.get("sustained_events_per_s")
+    producer = result.results["producer_max"]["events_per_s"]
+    return (
+        f"Pipeline sustained: {'none' if sustained is None else f'{sustained:,.0f}'} events/s "
+        f"with bounded lag; replay producer alone: {producer:,.0f} events/s."
+    )
 
 
 def run_all(
@@ -128,6 +132,7 @@ def run_all(
                 "## SOLARIS benchmarks" + (" (smoke)" if smoke else ""),
                 f"Machine: {machine_line(machine or results[0].machine)}",
                 summary_table(results),
+                *(_pipeline_line(r) for r in results if r.bench == "pipeline"),
             ]
         )
         doc = {

@@ -242,7 +242,7 @@ class NaiveReader:
         if left:
             acc, den = np.zeros(cfg.dim, np.float32), 0.0
             for u, w in zip(ids, weights, strict=True):
-                got = self._vector(lay.aggregate(int(u)), t, cfg.aggregate_ttl_ms)
+                got = self._vector(lay.aggregate(int(u)), t, cfg.neighbour_aggregate_ttl_ms)
                 if got is not None:
                     acc += w * got[0]
                     den += float(w)
