@@ -340,6 +340,12 @@ def create_app(
                         ),
                     )
                     metrics.AGGREGATES.inc()
+                    parts.aggregate_times[rec.user_id] = agg.event_time_ms
                     aggregates[rec.user_id] = state.to_json()
+
+    @app.timer(interval=1.0)
+    async def flush_counters() -> None:
+        """Counters are batched per second; flush even when no message arrives."""
+        parts.flush_counts()
 
     return app

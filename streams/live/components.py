@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from schemas.codec import Codec
@@ -63,7 +64,23 @@ class Components:
         self.now_ms = 0
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
         self.stats = LiveStats(settings, "pipeline") if settings.store_backend == "redis" else None
+        self._pending: dict[str, int] = {}
+        self._flushed_at = 0.0
+        #: user -> event time of their newest aggregate (this worker's users), for the KNN index
+        self.aggregate_times: dict[int, int] = {}
 
     def count(self, **counts: int) -> None:
-        if self.stats is not None:
-            self.stats.add(dict(counts))
+        """Add to the shared counters; flushed at most once a second (one Redis round trip)."""
+        if self.stats is None:
+            return
+        for key, value in counts.items():
+            self._pending[key] = self._pending.get(key, 0) + value
+        now = time.monotonic()
+        if now - self._flushed_at >= 1.0:
+            self.flush_counts()
+            self._flushed_at = now
+
+    def flush_counts(self) -> None:
+        if self.stats is not None and self._pending:
+            self.stats.add(dict(self._pending))
+            self._pending.clear()

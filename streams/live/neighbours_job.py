@@ -38,17 +38,17 @@ class NeighbourRefresher:
         reps, s = self.parts.reps, self.settings
         if reps is None or not self.clock.due(t):
             return
-        if not self._restored:  # after a restart the in-memory representations come back
+        if not self._restored:  # after a restart the in-memory state comes back from the tables
             for u, v in reps_table.items():
                 if v and not reps.has(int(u)):
                     reps.set(int(u), np.asarray(v[0], np.float32), int(v[1]))
+            for u, v in aggregates.items():
+                if v:
+                    self.parts.aggregate_times.setdefault(int(u), int(v["n"]))
             self._restored = True
         since = self.clock.start(t)
-        fresh = [
-            int(u)
-            for u, v in aggregates.items()
-            if v and t - int(v["n"]) <= s.neighbour_aggregate_ttl_ms
-        ]
+        horizon = s.neighbour_aggregate_ttl_ms
+        fresh = [u for u, tn in self.parts.aggregate_times.items() if t - tn <= horizon]
         index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)
         store = self.parts.store
         await write_with_retry(

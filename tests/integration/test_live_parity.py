@@ -111,6 +111,7 @@ def live_run(
         replay = replay_file(settings, traffic, speed=0.0, lockstep=lockstep)
         wait_drained(settings, procs)
         reader.close()
+        time.sleep(1.5)  # workers flush their shared counters once a second
         procs.stop_all()  # the ranker publishes its final counters on exit
     time.sleep(0.5)
     dead = [
