@@ -44,7 +44,7 @@ class LiveRun:
         self.settings = settings.model_copy(
             update={"topic_prefix": prefix, "key_prefix": prefix, "bundle_dir": bundle}
         )
-        self.log_dir = log_dir
+        self.log_dir = log_dir / prefix  # one folder per run: concurrent runs keep their logs
         self.env = dict(os.environ)
         self.env.update(
             SOLARIS_TOPIC_PREFIX=prefix,
@@ -61,7 +61,6 @@ class LiveRun:
         return self.settings.topic_prefix
 
     def __enter__(self) -> LiveRun:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         create_topics(self.settings)
         return self
 
@@ -69,7 +68,8 @@ class LiveRun:
         self.close()
 
     def start(self, name: str, roles: str) -> None:
-        """Start ``solaris worker --agents roles`` (its log is ``<log_dir>/<name>.log``)."""
+        """Start ``solaris worker --agents roles`` (log: ``<log_dir>/<prefix>/<name>.log``)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.children.start(
             name, [*solaris_cmd(), "worker", "--agents", roles], self.env, self.log_dir
         )
