@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -185,6 +186,13 @@ def ratio(num: float | None, den: float | None) -> float | None:
 def run_id(prefix: str = "bench") -> str:
     """A unique prefix for topics, consumer groups and store keys of one benchmark run."""
     return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a private server or endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def delete_keys(url: str, prefix: str) -> int:

@@ -4,11 +4,12 @@
   floor, nothing but the model.
 * **embedder** — the engine's :class:`~streams.engine.embedder.Embedder` on the same pairs
   in-process: history cuts, vocabulary lookups, the ONNX call, ``PairEmbedding`` records and the
-  in-memory store write. Measured interleaved with bare (alternating order per round).
+  in-memory store write; also without the store write (``embed_only``). Measured interleaved
+  with bare (the order rotates per round).
 * **live** — verified messages of the same pairs replayed into Kafka, then a real
   ``solaris worker --agents embed`` (Faust) embeds them and writes Redis. Its rate is timed from
-  the first to the last pair written (the workers' ``embedded`` counter, polled every 10 ms) and
-  compared with bare measured just before and just after it.
+  the first to the last pair written (the worker's Prometheus counter of pairs written, polled
+  every 20 ms) and compared with bare measured just before and just after it.
 
 The worker's micro-batch is ``SOLARIS_EMBED_BATCH_SIZE`` = 128 *messages* (one per request), so
 a live FM call holds more pairs than 128; the pairs per call are reported, with bare measured at
@@ -27,8 +28,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from bench.common import BenchResult, Target, machine_info, ratio, redis_version
-from bench.live import LiveRun
+from bench.common import BenchResult, Target, free_port, machine_info, ratio, redis_version
+from bench.live import LiveRun, scrape
 from bench.workload import (
     FULL_TRAFFIC,
     SMOKE_TRAFFIC,
@@ -44,6 +45,9 @@ from store.memory import InMemoryStore
 from streams.engine.embedder import Embedder
 from streams.settings import Settings
 
+#: Prometheus series of the FM worker (streams.live.metrics): pairs written, FM calls made.
+EMBEDDED = "solaris_pairs_embedded_total"
+FM_CALLS = "solaris_fm_batch_size_count"
 TARGETS = {
     "embedder_over_bare_128": Target(0.9, upper=False),
     "live_over_bare_128": Target(0.7, upper=False),
@@ -55,8 +59,10 @@ class FMConfig:
     """Sizes and durations; :meth:`smoke` is the seconds-long variant the test suite runs."""
 
     batch_sizes: tuple[int, ...] = (32, 128, 512)
-    rounds: int = 4
-    seconds_per_point: float = 1.0  #: per round, batch size and method
+    #: many short rounds rather than few long ones: bare and engine then share the load swings
+    rounds: int = 8
+    seconds_per_point: float = 0.5  #: per round, batch size and method
+    bare_around_live_s: float = 2.0  #: bare measured this long right before and after live
     in_process_pairs: int = 20_000
     live_pairs: int = 150_000
     live: bool = True
@@ -68,6 +74,7 @@ class FMConfig:
             batch_sizes=(32, 128),
             rounds=1,
             seconds_per_point=0.05,
+            bare_around_live_s=0.1,
             in_process_pairs=600,
             live_pairs=600,
             live_timeout_s=60.0,
@@ -193,25 +200,26 @@ def _live(
 ) -> dict[str, Any]:
     """Backlog of verified messages in Kafka, then one FM worker drains it; its pairs/s."""
     env = {"SOLARIS_EMBED_BATCH_SIZE": "128"}
+    port = free_port()
     with LiveRun(settings, bundle, log_dir, env) as run:
         produce_s = run.produce_verified(wl.messages)
         total = wl.pairs
-        run.start("fm", "embed")
+        run.start("fm", "embed", metrics_port=port)
         deadline = time.monotonic() + cfg.live_timeout_s
-        first: tuple[float, int] | None = None
-        last: tuple[float, int] = (0.0, 0)
+        first: tuple[float, float] | None = None
+        last: tuple[float, float] = (0.0, 0.0)
         while last[1] < total:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"live FM wrote {last[1]} of {total} pairs in time")
-            n = run.counter("embedded")
+                raise TimeoutError(f"live FM wrote {last[1]:.0f} of {total} pairs in time")
+            n = scrape(port, EMBEDDED) or 0.0
             now = time.perf_counter()
             if n and first is None:
                 first = (now, n)
             if n != last[1]:
                 last = (now, n)
             run.children.check()
-            time.sleep(0.01)
-        calls = run.counter("fm_batches")
+            time.sleep(0.02)
+        calls = scrape(port, FM_CALLS) or 0.0
     if first is None:  # unreachable: the loop ends only once pairs were written
         raise RuntimeError("live FM wrote no pairs")
     span = last[0] - first[0]
@@ -221,8 +229,9 @@ def _live(
         "produce_seconds": produce_s,
         "seconds_first_to_last": span,
         "pairs_per_s": (last[1] - first[1]) / span if span > 0 else None,
-        "fm_calls": calls,
+        "fm_calls": int(calls),
         "pairs_per_fm_call": total / calls if calls else None,
+        "timed_by": f"Prometheus {EMBEDDED}, polled every 20 ms",
         "embed_batch_messages": 128,
     }
 
@@ -260,12 +269,12 @@ def run_fm(settings: Settings, cfg: FMConfig | None = None, smoke: bool = False)
         ratios[f"embed_only_over_bare_{n}"] = ratio(r["embed_only"], r["bare"])
     if cfg.live:
         ref = 128 if 128 in cfg.batch_sizes else cfg.batch_sizes[-1]
-        before = _bare_at(bare, fm, props, hists, ref, cfg.seconds_per_point * 2)
+        before = _bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
         live = _live(settings, bundle_path, wl, cfg, settings.cache_dir / "run" / "bench-logs")
-        after = _bare_at(bare, fm, props, hists, ref, cfg.seconds_per_point * 2)
+        after = _bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
         per_call = round(live["pairs_per_fm_call"] or ref)
         matched = _bare_at(
-            bare, fm, props, hists, min(per_call, len(props)), cfg.seconds_per_point * 2
+            bare, fm, props, hists, min(per_call, len(props)), cfg.bare_around_live_s
         )
         live["bare_around_live_pairs_per_s"] = (before + after) / 2
         live["bare_at_live_batch_pairs_per_s"] = matched

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+import urllib.request
 from pathlib import Path
 
 import redis
@@ -28,6 +29,23 @@ from streams.topics import admin_client, create_topics
 
 log = logging.getLogger(__name__)
 PIPELINE_ROLES = "history,speculate,verify,aggregate,neighbours"
+
+
+def scrape(port: int, name: str) -> float | None:
+    """One sample of a worker's Prometheus metric (None while the endpoint is not up).
+
+    Unlike the shared stats hash, which workers flush about once a second, these counters move
+    the moment the worker counts, so they time the first and last write to within a poll.
+    """
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1.0) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
 
 
 class LiveRun:
@@ -67,12 +85,16 @@ class LiveRun:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, name: str, roles: str) -> None:
-        """Start ``solaris worker --agents roles`` (log: ``<log_dir>/<prefix>/<name>.log``)."""
+    def start(self, name: str, roles: str, metrics_port: int | None = None) -> None:
+        """Start ``solaris worker --agents roles`` (log: ``<log_dir>/<prefix>/<name>.log``).
+
+        ``metrics_port`` makes it serve Prometheus metrics there (see :func:`scrape`).
+        """
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.children.start(
-            name, [*solaris_cmd(), "worker", "--agents", roles], self.env, self.log_dir
-        )
+        args = [*solaris_cmd(), "worker", "--agents", roles]
+        if metrics_port is not None:
+            args += ["--metrics-port", str(metrics_port)]
+        self.children.start(name, args, self.env, self.log_dir)
 
     def wait_ready(self, groups: list[str], timeout_s: float = 120.0) -> None:
         """Block until the workers' consumer groups are stable; raise if a worker died."""
@@ -82,7 +104,10 @@ class LiveRun:
             self.children.check()
 
     def counter(self, field: str, role: str = "pipeline") -> int:
-        """One field of the workers' shared stats hash (``streams.live.stats``), 0 when absent."""
+        """One field of the workers' shared stats hash (``streams.live.stats``), 0 when absent.
+
+        Workers flush it about once a second: fine for totals, too coarse to time a run.
+        """
         raw = self._stats.hget(f"{self.prefix}:stats:{role}", field)
         return int(float(raw)) if raw is not None else 0
 

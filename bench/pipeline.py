@@ -223,6 +223,7 @@ def run_pipeline(
                     if step["drain_s"] is None:
                         break
                 rate = next_rate([(s["target_events_per_s"], s["kept_up"]) for s in steps], cfg)
+        time.sleep(1.5)  # workers flush the shared counters about once a second
         counters = {f: run.counter(f) for f in ("verified", "embedded", "fm_batches")}
     sustained = max((s["achieved_events_per_s"] for s in steps if s["kept_up"]), default=None)
     results: dict[str, Any] = {

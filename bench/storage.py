@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from bench.common import BenchResult, Target, machine_info, ratio, run_id
+from bench.common import BenchResult, Target, free_port, machine_info, ratio, run_id
 from schemas.records import PairEmbedding
 from store.keys import KeyLayout
 from store.values import encode_pair, version_tag
@@ -55,12 +54,6 @@ class StoreConfig:
         return cls(pairs=200, sample=50, pairs_per_user=20)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def private_redis(fallback_url: str) -> Iterator[tuple[str, bool]]:
     """``(url, private)``: a fresh redis-server on a free port, or the shared one if none exists."""
@@ -68,7 +61,7 @@ def private_redis(fallback_url: str) -> Iterator[tuple[str, bool]]:
     if binary is None:
         yield fallback_url, False
         return
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="solaris-bench-redis-") as tmp:
         flags = {"bind": "127.0.0.1", "port": str(port), "save": "", "appendonly": "no"}
         flags.update(dir=tmp, loglevel="warning")  # infra/redis.sh's flags, minus daemonizing
