@@ -258,7 +258,7 @@ def run_serve(
     ratios: dict[str, float | None] = {}
     for n in cfg.sizes:
         pct = {m: percentiles_ms(samples[n][m]) for m in METHODS}
-        measured = [calls[schedule[k]] for k in samples[n]["calls"]]
+        measured = [calls[schedule[int(k)]] for k in samples[n]["calls"]]
         results[f"n{n}"] = {
             "latency_ms": pct,
             "keys_per_call_mean": float(np.mean([sum(map(len, c.rounds)) for c in measured])),
