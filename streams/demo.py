@@ -106,19 +106,49 @@ def solaris_cmd() -> list[str]:
     return [sys.executable, "-m", "streams.cli"]
 
 
+def slice_traffic(path: Path, n_requests: int, out: Path) -> Path:
+    """The last ``n_requests`` requests of ``path`` with their impressions, as a new traffic file."""
+    from models.data.traffic import load_requests, read_traffic, traffic_metadata, write_traffic
+    from schemas.records import RequestEvent
+
+    times = load_requests(path).event_time_ms
+    if n_requests >= len(times):
+        return path
+    start = int(sorted(times.tolist())[len(times) - n_requests])
+    keep: set[str] = set()
+
+    def events() -> Any:
+        for ev in read_traffic(path):
+            if isinstance(ev, RequestEvent):
+                if ev.event_time_ms >= start:
+                    keep.add(ev.request_id)
+                    yield ev
+            elif ev.request_id in keep:
+                yield ev
+
+    meta = dict(traffic_metadata(path))
+    meta.pop("format_version", None)
+    meta.update(sliced_from=str(path), last_requests=n_requests)
+    write_traffic(out, events(), meta)
+    return out
+
+
 def run_demo(
     settings: Settings,
     traffic: Path,
     bundle: Path,
     log_dir: Path,
-    target_s: float,
+    speed: float,
     report: Any,
     offline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`).
 
-    ``report(msg)`` receives progress lines. Infra must be up; topics are created here under a
-    fresh prefix, so each demo run starts from empty topics, groups and keys.
+    ``speed`` 0 = lockstep (the pipeline drains before each request: live coverage equals the
+    simulator's); N > 0 = N event-time seconds per wall second (measures what the pipeline keeps
+    up with; at high compression the ranker runs ahead of the pipeline and coverage drops).
+    ``report(msg)`` receives progress lines. Infra must be up; topics are created under a fresh
+    prefix, so each run starts from empty topics, groups and keys.
     """
     from models.data.traffic import load_requests
     from streams.lag import LagReader
@@ -129,6 +159,7 @@ def run_demo(
 
     run_id = time.strftime("%Y%m%d%H%M%S")
     env = demo_env(settings, run_id, bundle)
+    env["SOLARIS_FAUST_COMMIT_INTERVAL_S"] = "0.1"  # fast drain detection between requests
     run = settings.model_copy(
         update={
             "topic_prefix": env["SOLARIS_TOPIC_PREFIX"],
@@ -138,13 +169,12 @@ def run_demo(
     )
     create_topics(run)
     requests = load_requests(traffic)
-    span_s = max(
-        1.0, (int(requests.event_time_ms.max()) - int(requests.event_time_ms.min())) / 1000
-    )
-    speed = span_s / target_s
     children = Children()
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = solaris_cmd()
+    topics = [
+        run.topic(t) for t in ("requests", "impressions", "speculated", "verified", "embeddings")
+    ]
     try:
         report(f"starting workers and ranker (logs in {log_dir})")
         children.start(
@@ -155,39 +185,38 @@ def run_demo(
         )
         children.start("fm", [*cmd, "worker", "--agents", "embed"], env, log_dir)
         children.start("ranker", [*cmd, "ranker", "--no-scores"], env, log_dir)
-        wait_for_groups(
-            run,
-            [
-                f"{run.topic_prefix}-pipeline",
-                f"{run.topic_prefix}-fm",
-                f"{run.topic_prefix}-ranker",
-            ],
-        )
+        groups = [f"{run.topic_prefix}-{g}" for g in ("pipeline", "fm", "ranker")]
+        wait_for_groups(run, groups)
         children.check()
-        report(f"replaying {len(requests):,} requests at {speed:,.0f}x (target {target_s:.0f} s)")
-        with LagSampler(run) as sampler:
-            stats = replay_file(run, traffic, speed, progress=None)
-            report(
-                f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; waiting for the pipeline to drain"
-            )
-            lag = LagReader(run)
-            try:
-                groups = lag.groups()
-                topics = [
-                    run.topic(t)
-                    for t in ("requests", "impressions", "speculated", "verified", "embeddings")
-                ]
+        lag = LagReader(run)
+        mode = "in lockstep" if speed == 0 else f"at {speed:,.0f}x"
+        report(f"replaying {len(requests):,} requests {mode}")
+        done = {"n": 0}
+
+        def lockstep() -> None:
+            children.check()
+            done["n"] += 1
+            if done["n"] % 100 == 0:
+                report(f"{done['n']:,} / {len(requests):,} requests")
+            if not lag.wait_drained(groups, topics, timeout_s=120):
+                raise TimeoutError("pipeline did not drain within 120 s")
+
+        try:
+            with LagSampler(run) as sampler:
+                stats = replay_file(run, traffic, speed, lockstep if speed == 0 else None)
+                report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
                 deadline = time.monotonic() + 900
                 while not lag.wait_drained(groups, topics, timeout_s=5):
                     children.check()
                     if time.monotonic() > deadline:
                         raise TimeoutError("pipeline did not drain within 15 min")
-            finally:
-                lag.close()
-        time.sleep(1.5)  # the ranker publishes its counters every few hundred requests and on exit
+        finally:
+            lag.close()
+        time.sleep(1.5)  # workers flush shared counters every second; the ranker on exit
     finally:
         children.stop()
     live = live_summary(run)
     out = summary_json(live, offline, sampler.max_lag, stats)
     out["lag_series"] = sampler.series
+    out["mode"] = "lockstep" if speed == 0 else f"speed {speed:g}"
     return out

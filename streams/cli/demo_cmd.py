@@ -20,24 +20,36 @@ def demo(
     dataset: DatasetOpt = None,
     traffic: TrafficOpt = None,
     data_dir: DataDirOpt = None,
-    minutes: Annotated[
-        float, typer.Option("--minutes", min=0.2, help="Replay duration target.")
-    ] = 2.0,
+    requests: Annotated[
+        int, typer.Option("--requests", min=10, help="Replay the last N requests of the traffic.")
+    ] = 600,
+    speed: Annotated[
+        float,
+        typer.Option(
+            "--speed",
+            min=0,
+            help="0 = lockstep (live equals the simulator); N = event-time seconds per wall second.",
+        ),
+    ] = 0.0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the summary here.")
     ] = None,
     compare: Annotated[
         bool,
-        typer.Option(
-            "--compare/--no-compare", help="Also run the offline simulator for the same traffic."
-        ),
-    ] = False,
+        typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline."),
+    ] = True,
 ) -> None:
-    """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop."""
+    """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop.
+
+    Models are trained on the whole traffic (cached); the last ``--requests`` requests are
+    replayed live. In lockstep every request waits until the pipeline has drained, so the live
+    coverage is what the engine achieves when the FM keeps up with users (as in real time); with
+    ``--speed N`` the replay is compressed and the ranker may run ahead of the pipeline.
+    """
     from models.bundle import ensure_bundle
     from models.config import TrainConfig
     from streams import infra
-    from streams.demo import run_demo
+    from streams.demo import run_demo, slice_traffic
     from streams.live.report import coverage_table
 
     settings = Settings()
@@ -68,6 +80,9 @@ def demo(
                 lambda msg: status.update(f"training: {msg}"),
             )
         console.log(f"models: {bundle}")
+        replayed = slice_traffic(
+            path, requests, settings.cache_dir / "traffic" / f"{path.stem}-last{requests}.avro"
+        )
         offline = None
         if compare:
             from models.data.traffic import read_traffic
@@ -75,30 +90,30 @@ def demo(
             from streams.simulate.config import sim_config_from_settings
             from streams.simulate.run import simulate
 
-            with console.status("offline simulation of the same traffic"):
+            with console.status("offline simulation of the replayed slice"):
                 models, _ = load_models(settings, bundle)
                 offline = simulate(
-                    lambda: read_traffic(path),
+                    lambda: read_traffic(replayed),
                     sim_config_from_settings(settings, models.fm.dim),
                     models,
                     with_random=False,
                 )
         log_dir = settings.cache_dir / "run" / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
-        summary = run_demo(settings, path, bundle, log_dir, minutes * 60, console.log, offline)
+        summary = run_demo(settings, replayed, bundle, log_dir, speed, console.log, offline)
     finally:
         for service in reversed(started_here):
             infra.run_script(service, "stop", settings, capture=True)
     summary["wall_seconds"] = time.perf_counter() - t0
-    summary["traffic"] = str(path)
+    summary["traffic"] = str(replayed)
     console.print(coverage_table(settings, summary, summary["max_consumer_lag"]))
     if offline is not None:
         c = offline["cumulative"]
         console.print(
-            f"offline simulator, same traffic: exact {c['exact']:.3f}, +aggregate "
+            f"offline simulator, same requests: exact {c['exact']:.3f}, +aggregate "
             f"{c['with_aggregate']:.3f}, +neighbours {c['with_neighbours']:.3f}, "
             f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
         )
-    console.print(f"demo finished in {summary['wall_seconds']:.0f} s")
+    console.print(f"demo ({summary['mode']}) finished in {summary['wall_seconds']:.0f} s")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(summary, indent=2, default=float))

@@ -19,7 +19,7 @@ from streams.simulate.report import run_summary
 from streams.simulate.run import Events, oracle_config
 from streams.simulate.simulator import SimModels, Simulator
 
-FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
+FRACTIONS = (0.1, 0.25, 0.5)
 TTLS_MS = (3_600_000, 4 * 3_600_000)
 
 
