@@ -152,7 +152,21 @@ def cut_histories(
     labels = np.zeros((b, length), np.int8)
     times = np.zeros((b, length), np.int64)
     mask = np.zeros((b, length), bool)
-    for row, (hist, t) in enumerate(zip(histories, event_time_ms, strict=True)):
+    # A micro-batch holds few distinct (history, time) pairs (all pairs of one request share
+    # them): cut each once and copy the row.
+    done: dict[tuple[int, int], int] = {}
+    for row, (hist, t) in enumerate(zip(histories, event_time_ms.tolist(), strict=True)):
+        key = (id(hist), t)
+        first = done.get(key)
+        if first is not None:
+            items[row], labels[row], times[row], mask[row] = (
+                items[first],
+                labels[first],
+                times[first],
+                mask[first],
+            )
+            continue
+        done[key] = row
         end = int(np.searchsorted(hist.times_ms, t, side="left"))  # strictly before t
         start = max(0, end - length)
         k = end - start

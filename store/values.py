@@ -13,6 +13,7 @@ another FM without storing the string in every value. Neighbour value::
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -33,8 +34,9 @@ _DTYPES = {0: np.dtype("<f2"), 1: np.dtype("<f4")}
 _DTYPE_CODE = {VectorDtype.FLOAT16.value: 0, VectorDtype.FLOAT32.value: 1}
 
 
+@functools.lru_cache(maxsize=64)
 def version_tag(model_version: str) -> int:
-    """Stable 32-bit tag of a model version string."""
+    """Stable 32-bit tag of a model version string (cached: computed once per version)."""
     return zlib.crc32(model_version.encode())
 
 
