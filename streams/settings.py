@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     verifier_top_fraction: float | None = Field(
         0.5, description="Max verified pairs per request as a share of its candidates."
     )
+    verifier_rank_by: Literal["vm", "prior", "vm_x_prior"] = Field(
+        "vm", description="Order of pairs kept per request: VM score, recurrence prior, or both."
+    )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
     neighbour_interval_ms: int = Field(
         10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."

@@ -37,6 +37,10 @@ class DecayedCounter:
         keep = heapq.nlargest(100_000, self._score.items(), key=lambda kv: kv[1])
         self._score = dict(keep)
 
+    def value(self, key: int) -> float:
+        """Current (relative) score of ``key``; 0 when never seen."""
+        return self._score.get(key, 0.0)
+
     def top(self, n: int, exclude: set[int] | None = None) -> list[int]:
         exclude = exclude or set()
         best = heapq.nlargest(n + len(exclude), self._score.items(), key=lambda kv: kv[1])

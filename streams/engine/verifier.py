@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from schemas.records import PairProposal
+from streams.engine.recurrence import RecurrencePrior
 
 
 class PairScorer(Protocol):
@@ -27,11 +28,22 @@ class PairScorer(Protocol):
         ...
 
 
+RANKINGS = ("vm", "prior", "vm_x_prior")
+
+
 @dataclass(frozen=True, slots=True)
 class VerifierConfig:
     threshold: float | None = None
     top_k: int | None = None
     top_fraction: float | None = 0.5
+    #: what orders the pairs kept per request: the VM's score ("vm"), the recurrence prior
+    #: ("prior", VM score breaks ties), or their product ("vm_x_prior"); the threshold always
+    #: applies to the VM score
+    rank_by: str = "vm"
+
+    def __post_init__(self) -> None:
+        if self.rank_by not in RANKINGS:
+            raise ValueError(f"rank_by must be one of {RANKINGS}, got {self.rank_by!r}")
 
     def keep_count(self, n: int) -> int:
         keep = n
@@ -57,9 +69,14 @@ class VerifierStats:
 class Verifier:
     """Scores and filters proposals; kept proposals carry their score."""
 
-    def __init__(self, scorer: PairScorer, config: VerifierConfig) -> None:
+    def __init__(
+        self, scorer: PairScorer, config: VerifierConfig, prior: RecurrencePrior | None = None
+    ) -> None:
+        if config.rank_by != "vm" and prior is None:
+            raise ValueError(f"rank_by={config.rank_by!r} needs a RecurrencePrior")
         self.scorer = scorer
         self.config = config
+        self.prior = prior
         self.stats = VerifierStats()
 
     def verify_many(
@@ -93,7 +110,12 @@ class Verifier:
         self, group: Sequence[PairProposal], scores: np.ndarray, base: int
     ) -> list[PairProposal]:
         cfg = self.config
-        order = np.argsort(-scores, kind="stable")
+        key = scores.astype(np.float64)
+        if self.prior is not None and cfg.rank_by != "vm":
+            prior = self.prior.scores([p.item_id for p in group])
+            # "prior": the VM score only breaks ties between equally recurrent items
+            key = prior + 1e-6 * key if cfg.rank_by == "prior" else prior * key
+        order = np.argsort(-key, kind="stable")
         if cfg.threshold is not None:
             passing = order[scores[order] >= cfg.threshold]
             self.stats.dropped_threshold += len(order) - len(passing)

@@ -174,6 +174,8 @@ def create_app(
                 proposals = parts.speculator.propose(
                     rec, ledger_from_table(ledger.get(rec.user_id)), recent
                 )
+                if parts.prior is not None:
+                    parts.prior.observe(rec.candidates, rec.event_time_ms)
                 if parts.reps is not None:
                     saved = reps.get(rec.user_id)
                     if saved and not parts.reps.has(rec.user_id):  # after a restart

@@ -12,6 +12,7 @@ from streams.engine.aggregator import RollingAggregator
 from streams.engine.embedder import Embedder
 from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import NeighbourConfig, UserRepresentations
+from streams.engine.recurrence import RecurrencePrior
 from streams.engine.speculator import Speculator, SpeculatorConfig
 from streams.engine.verifier import Verifier, VerifierConfig
 from streams.live.stats import LiveStats
@@ -39,6 +40,7 @@ class EngineConfig:
                 threshold=settings.verifier_threshold,
                 top_k=settings.verifier_top_k,
                 top_fraction=settings.verifier_top_fraction,
+                rank_by=settings.verifier_rank_by,
             ),
             NeighbourConfig(k=settings.neighbours_k, interval_ms=settings.neighbour_interval_ms),
         )
@@ -56,7 +58,12 @@ class Components:
         self.codec = Codec(Limits(max_candidates=settings.max_candidates))
         self.lookahead = Lookahead() if "lookahead" in cfg.speculator.strategies else None
         self.speculator = Speculator(cfg.speculator, self.lookahead)
-        self.verifier = Verifier(models.vm, cfg.verifier) if models.vm is not None else None
+        # The recurrence prior is fed by the requests agent and read by the verify agent of the
+        # same worker (same partitions), in the simulator's order.
+        self.prior = RecurrencePrior() if cfg.verifier.rank_by != "vm" else None
+        self.verifier = (
+            Verifier(models.vm, cfg.verifier, self.prior) if models.vm is not None else None
+        )
         self.embedder = Embedder(models.fm)
         self.aggregator = RollingAggregator(settings.aggregate_window_ms)
         self.reps = UserRepresentations(models.items) if models.items is not None else None

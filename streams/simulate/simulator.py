@@ -27,6 +27,7 @@ from streams.engine.ledger import record
 from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import ItemVectors, RefreshClock, UserRepresentations, refresh
 from streams.engine.ranker import SolarisScorer, rank
+from streams.engine.recurrence import RecurrencePrior
 from streams.engine.speculator import Speculator
 from streams.engine.verifier import PairScorer, Verifier
 from streams.simulate.config import SimConfig
@@ -61,8 +62,11 @@ class Simulator:
         lookahead = Lookahead() if "lookahead" in config.speculator.strategies else None
         self.lookahead = lookahead
         self.speculator = Speculator(config.speculator, lookahead)
+        self.prior = RecurrencePrior() if config.verifier.rank_by != "vm" else None
         self.verifier = (
-            Verifier(models.vm, config.verifier) if config.verify and models.vm else None
+            Verifier(models.vm, config.verifier, self.prior)
+            if config.verify and models.vm
+            else None
         )
         self.embedder = Embedder(models.fm)
         self.aggregator = RollingAggregator(config.aggregate_window_ms, config.aggregate_bucket_ms)
@@ -123,6 +127,8 @@ class Simulator:
         ledger = self.ledgers.setdefault(u, {})
         recent_positive = [e[0] for e in self.history.entries(u) if e[1]][-5:]
         proposals = self.speculator.propose(r, ledger, recent_positive)
+        if self.prior is not None:
+            self.prior.observe(r.candidates, t)
         if self.verifier is not None and proposals:
             proposals = self.verifier.verify_many([proposals], [len(r.candidates)])[0]
         record(ledger, (p.item_id for p in proposals), t, cfg.pair_ttl_ms)

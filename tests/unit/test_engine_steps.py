@@ -123,3 +123,33 @@ def test_neighbour_index_exact_and_hnsw_agree() -> None:
     assert [nl.user_id for nl in lists] == [0, 1] and len(lists[0].neighbours) == 5
     ids, w = exact.neighbours_for_items([1, 2, 3], 3, exclude_user=-1)
     assert len(ids) == 3 and np.all(w > 0)
+
+
+def test_recurrence_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H)
+    prior.observe([1, 2], T0)
+    prior.observe([2, 3], T0 + 10)
+    scores = prior.scores([1, 2, 3, 4])
+    assert scores[1] == 1.0 and scores[3] == 0.0
+    assert scores[2] > scores[0] > 0  # 3 is newer than 1
+    assert prior.scores([]).shape == (0,)
+
+
+def test_verifier_can_rank_by_the_recurrence_prior() -> None:
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H)
+    prior.observe([102, 103], T0)
+    scores = _Scores([0.9, 0.8, 0.1, 0.2])
+    by_vm = Verifier(scores, VerifierConfig(top_fraction=0.5)).verify_many([props(4)])[0]
+    by_prior = Verifier(
+        scores, VerifierConfig(top_fraction=0.5, rank_by="prior"), prior
+    ).verify_many([props(4)])[0]
+    assert [p.item_id for p in by_vm] == [100, 101]
+    assert [p.item_id for p in by_prior] == [102, 103]
+    with pytest.raises(ValueError, match="RecurrencePrior"):
+        Verifier(scores, VerifierConfig(rank_by="prior"))
+    with pytest.raises(ValueError, match="rank_by"):
+        VerifierConfig(rank_by="magic")

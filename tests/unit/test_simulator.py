@@ -114,3 +114,17 @@ def test_simulation_is_deterministic(events: list[RequestEvent | ImpressionEvent
     b.run(events)
     assert a.coverage.counts.tolist() == b.coverage.counts.tolist()
     assert a.speculation.embedded == b.speculation.embedded
+
+
+def test_prior_ranked_verifier_runs_at_the_same_budget(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    vm = Simulator(config(verifier=VerifierConfig(top_fraction=0.25)), models())
+    prior = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="prior")), models())
+    vm.run(events)
+    prior.run(events)
+    assert prior.prior is not None and vm.prior is None
+    assert (
+        abs(prior.speculation.embedded - vm.speculation.embedded) <= 0.05 * vm.speculation.embedded
+    )
+    assert prior.coverage.total == vm.coverage.total
