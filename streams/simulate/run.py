@@ -60,7 +60,9 @@ def simulate(
     )
     random = None
     if with_random and config.verify and models.vm is not None:
-        cfg = dataclasses.replace(config, test_start_ms=None)
+        # Random selection: random scores ranked as they are (never re-ranked by a prior).
+        verifier = dataclasses.replace(config.verifier, rank_by="vm")
+        cfg = dataclasses.replace(config, test_start_ms=None, verifier=verifier)
         random = run_summary(
             _run(
                 "random",

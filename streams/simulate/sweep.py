@@ -52,8 +52,12 @@ def sweep(
         cfg_ttl = dataclasses.replace(base, reader=reader, test_start_ms=None)
         oracles[ttl] = _point(events, oracle_config(cfg_ttl), SimModels(null, items=models.items))
         for frac in fractions:
-            cfg = dataclasses.replace(cfg_ttl, verifier=VerifierConfig(top_fraction=frac))
+            rank_by = base.verifier.rank_by
             for selector, scorer in (("speculative", models.vm), ("random", RandomScorer(11))):
+                verifier = VerifierConfig(
+                    top_fraction=frac, rank_by=rank_by if selector == "speculative" else "vm"
+                )
+                cfg = dataclasses.replace(cfg_ttl, verifier=verifier)
                 if progress is not None:
                     progress(f"ttl {ttl // 60_000} min, budget {frac:.2f}, {selector}")
                 point = _point(events, cfg, SimModels(null, scorer, items=models.items))
