@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 import numpy as np
@@ -53,6 +53,7 @@ from streams.live.state import (
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 ROLES = ("history", "speculate", "verify", "embed", "aggregate", "neighbours")
 #: ``neighbours`` runs inside the requests agent (it needs the event-time clock of requests).
 STATEFUL = frozenset(ROLES) - {"embed"}
@@ -126,6 +127,14 @@ def create_app(
         await topics["dead-letter"].send(key=dl.raw_key, value=codec.encode(dl))
         parts.count(**{f"dead_letters_{dl.reason}": 1})
 
+    async def decoded(event: Any, expect: type[T]) -> T | None:
+        """The event's record, or None after sending it to the dead-letter topic."""
+        rec = decode(codec, event.value, expect, origin(event), event.key)
+        if isinstance(rec, DeadLetter):
+            await dead(rec)
+            return None
+        return rec
+
     def origin(event: Any) -> Origin:
         m = event.message
         return Origin(m.topic, m.partition, m.offset)
@@ -139,9 +148,8 @@ def create_app(
         @app.agent(topics["impressions"], concurrency=1)
         async def on_impressions(stream: faust.StreamT) -> None:
             async for event in stream.events():
-                rec = decode(codec, event.value, ImpressionEvent, origin(event), event.key)
-                if isinstance(rec, DeadLetter):
-                    await dead(rec)
+                rec = await decoded(event, ImpressionEvent)
+                if rec is None:
                     continue
                 entries = history_from_table(history.get(rec.user_id))
                 if parts.lookahead is not None:
@@ -161,9 +169,8 @@ def create_app(
         @app.agent(topics["requests"], concurrency=1)
         async def on_requests(stream: faust.StreamT) -> None:
             async for event in stream.events():
-                rec = decode(codec, event.value, RequestEvent, origin(event), event.key)
-                if isinstance(rec, DeadLetter):
-                    await dead(rec)
+                rec = await decoded(event, RequestEvent)
+                if rec is None:
                     continue
                 parts.now_ms = max(parts.now_ms, rec.event_time_ms)
                 if refresher is not None:
@@ -214,9 +221,8 @@ def create_app(
             # One request per iteration: Faust lets a table change only inside the iteration of
             # the event it belongs to. A VM call per request (tens of pairs) is cheap.
             async for event in stream.events():
-                b = decode(codec, event.value, ProposalBatch, origin(event), event.key)
-                if isinstance(b, DeadLetter):
-                    await dead(b)
+                b = await decoded(event, ProposalBatch)
+                if b is None:
                     continue
                 # Re-check freshness: a request speculated before the previous one's ledger
                 # update landed must not embed the same pairs twice.
@@ -269,10 +275,8 @@ def create_app(
             ):
                 batches: list[ProposalBatch] = []
                 for event in events:
-                    rec = decode(codec, event.value, ProposalBatch, origin(event), event.key)
-                    if isinstance(rec, DeadLetter):
-                        await dead(rec)
-                    else:
+                    rec = await decoded(event, ProposalBatch)
+                    if rec is not None:
                         batches.append(rec)
                 await _embed(batches)
 
@@ -326,9 +330,8 @@ def create_app(
         @app.agent(topics["embeddings"], concurrency=1)
         async def on_embeddings(stream: faust.StreamT) -> None:
             async for event in stream.events():
-                rec = decode(codec, event.value, EmbeddingBatch, origin(event), event.key)
-                if isinstance(rec, DeadLetter):
-                    await dead(rec)
+                rec = await decoded(event, EmbeddingBatch)
+                if rec is None:
                     continue
                 state = AggregateState.from_json(aggregates.get(rec.user_id))
                 agg = parts.aggregator.add(state, rec.pairs())
