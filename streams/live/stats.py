@@ -51,11 +51,3 @@ def read_stats(settings: Settings) -> dict[str, dict[str, float]]:
         return out
     finally:
         client.close()
-
-
-def reset_stats(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.store_url, socket_timeout=2.0)
-    try:
-        client.delete(*(f"{settings.key_prefix}:stats:{r}" for r in ("ranker", "pipeline")))
-    finally:
-        client.close()
