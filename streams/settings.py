@@ -81,8 +81,12 @@ class Settings(BaseSettings):
     verifier_top_fraction: float | None = Field(
         0.5, description="Max verified pairs per request as a share of its candidates."
     )
-    verifier_rank_by: Literal["vm", "prior", "vm_x_prior"] = Field(
-        "vm", description="Order of pairs kept per request: VM score, recurrence prior, or both."
+    verifier_rank_by: Literal["recurrence", "vm", "prior", "vm_x_prior"] = Field(
+        "recurrence",
+        description=(
+            "Order of pairs kept per request: recurrence (user's recent candidate lists + item "
+            "prior), VM score, item prior, or prior x VM."
+        ),
     )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
     neighbour_interval_ms: int = Field(

@@ -45,6 +45,12 @@ def simulate(
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Also run the budget x TTL grid (+ PNG).")
     ] = False,
+    sweep_ttl_hours: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--sweep-ttl", help="Pair TTLs of the sweep in hours (repeatable; default 1 and 4)."
+        ),
+    ] = None,
     no_random: Annotated[
         bool, typer.Option("--no-random", help="Skip the random-selection baseline.")
     ] = False,
@@ -85,13 +91,17 @@ def simulate(
         report["bundle"] = str(bundle)
         report["dataset"] = meta.dataset
         if sweep:
-            from streams.simulate.sweep import plot
+            from streams.simulate.sweep import TTLS_MS, plot
             from streams.simulate.sweep import sweep as run_sweep
 
+            ttls = [round(h * 3_600_000) for h in sweep_ttl_hours] if sweep_ttl_hours else TTLS_MS
+            if any(ttl <= 0 for ttl in ttls):
+                raise typer.BadParameter("--sweep-ttl must be positive hours")
             report["sweep"] = run_sweep(
                 lambda: read_traffic(path),
                 config,
                 models,
+                ttls_ms=ttls,
                 progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
             )
             if json_path is not None:

@@ -28,7 +28,7 @@ class PairScorer(Protocol):
         ...
 
 
-RANKINGS = ("vm", "prior", "vm_x_prior")
+RANKINGS = ("vm", "prior", "vm_x_prior", "recurrence")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +36,11 @@ class VerifierConfig:
     threshold: float | None = None
     top_k: int | None = None
     top_fraction: float | None = 0.5
-    #: what orders the pairs kept per request: the VM's score ("vm"), the recurrence prior
-    #: ("prior", VM score breaks ties), or their product ("vm_x_prior"); the threshold always
-    #: applies to the VM score
-    rank_by: str = "vm"
+    #: what orders the pairs kept per request: "recurrence" (the user's recent candidate lists
+    #: plus the item prior, see :mod:`streams.engine.recurrence`; VM score breaks ties), the
+    #: VM's score ("vm"), the item prior alone ("prior"), or prior × VM ("vm_x_prior"); the
+    #: threshold always applies to the VM score
+    rank_by: str = "recurrence"
 
     def __post_init__(self) -> None:
         if self.rank_by not in RANKINGS:
@@ -112,9 +113,14 @@ class Verifier:
         cfg = self.config
         key = scores.astype(np.float64)
         if self.prior is not None and cfg.rank_by != "vm":
-            prior = self.prior.scores([p.item_id for p in group])
-            # "prior": the VM score only breaks ties between equally recurrent items
-            key = prior + 1e-6 * key if cfg.rank_by == "prior" else prior * key
+            items = [p.item_id for p in group]
+            if cfg.rank_by == "recurrence":
+                first = group[0]
+                prior = self.prior.recurrence(first.user_id, items, first.event_time_ms)
+            else:
+                prior = self.prior.scores(items)
+            # the VM score only breaks ties between equally recurrent items, except in vm_x_prior
+            key = prior * key if cfg.rank_by == "vm_x_prior" else prior + 1e-6 * key
         order = np.argsort(-key, kind="stable")
         if cfg.threshold is not None:
             passing = order[scores[order] >= cfg.threshold]

@@ -182,7 +182,7 @@ def create_app(
                     rec, ledger_from_table(ledger.get(rec.user_id)), recent
                 )
                 if parts.prior is not None:
-                    parts.prior.observe(rec.candidates, rec.event_time_ms)
+                    parts.prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
                 if parts.reps is not None:
                     saved = reps.get(rec.user_id)
                     if saved and not parts.reps.has(rec.user_id):  # after a restart

@@ -99,4 +99,26 @@ def markdown_table(report: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v['ne']:.4f}" for k, v in ne.items())
             + f"; transfer ratio at achieved coverage {report['transfer_ratio_at_achieved']:.3f}"
         )
+    if "sweep" in report:
+        rows += ["", *sweep_table(report["sweep"])]
     return "\n".join(rows)
+
+
+def sweep_table(result: dict[str, Any]) -> list[str]:
+    """One row per (TTL, budget, selector): cost, exact (all | labelled), efficiency."""
+    rows = [
+        "| TTL | budget | selector | FM pairs/request | exact (all) | exact (labelled) | efficiency |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        rows.append(
+            f"| {r['ttl_ms'] / 3_600_000:g} h | {r['budget_fraction']:.0%} | {r['selector']} | "
+            f"{r['fm_pairs_per_request']:.2f} | {r['cumulative']['exact']:.3f} | "
+            f"{r['labelled']['exact']:.3f} | {r['efficiency']:.3f} |"
+        )
+    for ttl, o in result["oracle"].items():
+        rows.append(
+            f"| {int(ttl) / 3_600_000:g} h | all | oracle | {o['fm_pairs_per_request']:.2f} | "
+            f"{o['cumulative']['exact']:.3f} | {o['labelled']['exact']:.3f} | 1.000 |"
+        )
+    return rows

@@ -128,7 +128,7 @@ class Simulator:
         recent_positive = [e[0] for e in self.history.entries(u) if e[1]][-5:]
         proposals = self.speculator.propose(r, ledger, recent_positive)
         if self.prior is not None:
-            self.prior.observe(r.candidates, t)
+            self.prior.observe(r.candidates, t, u)
         if self.verifier is not None and proposals:
             proposals = self.verifier.verify_many([proposals], [len(r.candidates)])[0]
         record(ledger, (p.item_id for p in proposals), t, cfg.pair_ttl_ms)

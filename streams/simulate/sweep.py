@@ -1,8 +1,9 @@
 """Coverage vs FM cost: a grid over verifier budget and TTL, speculative vs random selection.
 
 Every point runs the simulator with a zero-cost FM (coverage does not depend on the vectors) and
-the real VM as verifier (or a random scorer at the same budget); one oracle run per TTL gives the
-ceiling. Output: JSON rows and an optional PNG plot (matplotlib, from the ``train`` extra).
+the real VM as verifier; selectors at each budget: the configured ranking ("speculative"), the
+VM's relevance ranking ("vm", when the configured one is something else) and a random scorer
+("random"); one oracle run per TTL gives the ceiling. Output: JSON rows and an optional PNG plot (matplotlib, from the ``train`` extra).
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ def sweep(
         reader = dataclasses.replace(base.reader, pair_ttl_ms=ttl)
         cfg_ttl = dataclasses.replace(base, reader=reader, test_start_ms=None)
         oracles[ttl] = _point(events, oracle_config(cfg_ttl), SimModels(null, items=models.items))
+        rank_by = base.verifier.rank_by
+        selectors = [("speculative", models.vm, rank_by)]
+        if rank_by != "vm":
+            selectors.append(("vm", models.vm, "vm"))
+        selectors.append(("random", RandomScorer(11), "vm"))
         for frac in fractions:
-            rank_by = base.verifier.rank_by
-            for selector, scorer in (("speculative", models.vm), ("random", RandomScorer(11))):
-                verifier = VerifierConfig(
-                    top_fraction=frac, rank_by=rank_by if selector == "speculative" else "vm"
-                )
+            for selector, scorer, ranking in selectors:
+                verifier = VerifierConfig(top_fraction=frac, rank_by=ranking)
                 cfg = dataclasses.replace(cfg_ttl, verifier=verifier)
                 if progress is not None:
                     progress(f"ttl {ttl // 60_000} min, budget {frac:.2f}, {selector}")
@@ -84,11 +87,13 @@ def plot(result: dict[str, Any], path: Path, title: str) -> Path | None:
         (axes[1], "labelled", "labelled items"),
     ):
         for ttl in sorted({r["ttl_ms"] for r in result["rows"]}):
-            for selector, style in (("speculative", "-o"), ("random", "--x")):
+            for selector, style in (("speculative", "-o"), ("vm", "-.s"), ("random", "--x")):
                 pts = sorted(
                     (r for r in result["rows"] if r["ttl_ms"] == ttl and r["selector"] == selector),
                     key=lambda r: r["fm_pairs_per_request"],
                 )
+                if not pts:
+                    continue
                 xs = [r["fm_pairs_per_request"] for r in pts]
                 ax.plot(
                     xs,

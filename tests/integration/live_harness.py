@@ -62,6 +62,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         SOLARIS_HISTORY_LEN=str(settings.history_len),
         SOLARIS_FAUST_COMMIT_INTERVAL_S=str(settings.faust_commit_interval_s),
         SOLARIS_NEIGHBOUR_INTERVAL_MS=str(settings.neighbour_interval_ms),
+        SOLARIS_VERIFIER_RANK_BY=settings.verifier_rank_by,
         PYTHONPATH=str(REPO_ROOT),
         PYTHONUNBUFFERED="1",
     )

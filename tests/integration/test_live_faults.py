@@ -113,8 +113,12 @@ def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: P
 
     base = Settings()
     require_kafka_and_redis(base)
-    clean = live_settings(base, uuid.uuid4().hex[:10], bundle)
-    crash = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    # The VM ranking keeps no in-memory state, so a crashed run must choose exactly the pairs of a
+    # clean one. (The default recurrence ranking's per-worker counts restart cold after a crash:
+    # later choices may differ for a while, which would hide what this test checks.)
+    vm_ranked = {"verifier_rank_by": "vm"}
+    clean = live_settings(base, uuid.uuid4().hex[:10], bundle).model_copy(update=vm_ranked)
+    crash = live_settings(base, uuid.uuid4().hex[:10], bundle).model_copy(update=vm_ranked)
     (tmp_path / "clean").mkdir()
     (tmp_path / "crash").mkdir()
     run_lockstep(clean, traffic, tmp_path / "clean")

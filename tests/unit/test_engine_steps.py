@@ -75,7 +75,7 @@ def props(n: int) -> list[PairProposal]:
 
 
 def test_verifier_top_fraction_keeps_best_in_original_order() -> None:
-    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5))
+    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5, rank_by="vm"))
     kept = v.verify_many([props(4)])[0]
     assert [p.item_id for p in kept] == [101, 103]
     assert kept[0].score == pytest.approx(0.9)
@@ -85,7 +85,7 @@ def test_verifier_top_fraction_keeps_best_in_original_order() -> None:
 def test_verifier_threshold_and_top_k_across_groups() -> None:
     v = Verifier(
         _Scores([0.9, 0.2, 0.8, 0.7, 0.6]),
-        VerifierConfig(threshold=0.5, top_k=1, top_fraction=None),
+        VerifierConfig(threshold=0.5, top_k=1, top_fraction=None, rank_by="vm"),
     )
     a, b = v.verify_many([props(2), props(3)])
     assert [p.item_id for p in a] == [100] and [p.item_id for p in b] == [100]
@@ -143,7 +143,9 @@ def test_verifier_can_rank_by_the_recurrence_prior() -> None:
     prior = RecurrencePrior(half_life_ms=H)
     prior.observe([102, 103], T0)
     scores = _Scores([0.9, 0.8, 0.1, 0.2])
-    by_vm = Verifier(scores, VerifierConfig(top_fraction=0.5)).verify_many([props(4)])[0]
+    by_vm = Verifier(scores, VerifierConfig(top_fraction=0.5, rank_by="vm")).verify_many(
+        [props(4)]
+    )[0]
     by_prior = Verifier(
         scores, VerifierConfig(top_fraction=0.5, rank_by="prior"), prior
     ).verify_many([props(4)])[0]
@@ -151,5 +153,49 @@ def test_verifier_can_rank_by_the_recurrence_prior() -> None:
     assert [p.item_id for p in by_prior] == [102, 103]
     with pytest.raises(ValueError, match="RecurrencePrior"):
         Verifier(scores, VerifierConfig(rank_by="prior"))
+    with pytest.raises(ValueError, match="RecurrencePrior"):
+        Verifier(scores, VerifierConfig())  # the default ranking needs one too
     with pytest.raises(ValueError, match="rank_by"):
         VerifierConfig(rank_by="magic")
+
+
+def test_pair_memory_counts_the_users_recent_lists_within_the_memory_window() -> None:
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H, lists_per_user=2, memory_ms=1_000)
+    prior.observe([1, 2, 3], T0, user_id=7)
+    prior.observe([2, 3], T0 + 500, user_id=7)
+    prior.observe([9], T0 + 500, user_id=8)
+    assert prior.pair_counts(7, [1, 2, 3, 9], T0 + 500).tolist() == [1.0, 2.0, 2.0, 0.0]
+    # exactly memory_ms old still counts; one ms more does not
+    assert prior.pair_counts(7, [1, 2], T0 + 1_000).tolist() == [1.0, 2.0]
+    assert prior.pair_counts(7, [1, 2], T0 + 1_001).tolist() == [0.0, 1.0]
+    # only the last lists_per_user lists are kept
+    prior.observe([4], T0 + 600, user_id=7)
+    assert prior.pair_counts(7, [1, 2, 4], T0 + 600).tolist() == [0.0, 1.0, 1.0]
+    assert prior.pair_counts(99, [1], T0).tolist() == [0.0]
+
+
+def test_pair_memory_evicts_idle_users_when_full() -> None:
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H, memory_ms=1_000, max_users=4)
+    for u in range(4):
+        prior.observe([1], T0 + u, user_id=u)
+    prior.observe([1], T0 + 10_000, user_id=99)  # everyone else is idle past the memory
+    assert prior.pair_counts(99, [1], T0 + 10_000).tolist() == [1.0]
+    assert all(prior.pair_counts(u, [1], T0 + 3).tolist() == [0.0] for u in range(4))
+
+
+def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> None:
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H)
+    prior.observe([102, 103], T0 - 5, user_id=2)  # popular with someone else
+    prior.observe([102, 103], T0 - 4, user_id=3)
+    prior.observe([100], T0 - 3, user_id=1)  # user 1 saw 100 before
+    prior.observe([100, 101, 102, 103], T0, user_id=1)  # the request being verified
+    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5), prior)
+    kept = v.verify_many([props(4)])[0]
+    # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103
+    assert [p.item_id for p in kept] == [100, 103]

@@ -57,7 +57,7 @@ def test_first_request_of_a_user_never_gets_its_own_embeddings(
 def test_verifier_budget_halves_fm_cost(events: list[RequestEvent | ImpressionEvent]) -> None:
     full = Simulator(config(verify=False), models())
     full.run(events)
-    half = Simulator(config(verifier=VerifierConfig(top_fraction=0.5)), models())
+    half = Simulator(config(verifier=VerifierConfig(top_fraction=0.5, rank_by="vm")), models())
     half.run(events)
     assert half.speculation.embedded <= 0.5 * full.speculation.embedded + len(events)
     assert half.verifier is not None and half.verifier.stats.drop_rate > 0.3
@@ -119,7 +119,7 @@ def test_simulation_is_deterministic(events: list[RequestEvent | ImpressionEvent
 def test_prior_ranked_verifier_runs_at_the_same_budget(
     events: list[RequestEvent | ImpressionEvent],
 ) -> None:
-    vm = Simulator(config(verifier=VerifierConfig(top_fraction=0.25)), models())
+    vm = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="vm")), models())
     prior = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="prior")), models())
     vm.run(events)
     prior.run(events)
