@@ -92,6 +92,14 @@ class Settings(BaseSettings):
     neighbour_interval_ms: int = Field(
         10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."
     )
+    neighbour_growth_factor: float = Field(
+        2.0,
+        ge=1.0,
+        description=(
+            "Also rebuild the neighbour index once the users with an aggregate have grown by this "
+            "factor since the last build (fills a cold index fast; 1 = interval only)."
+        ),
+    )
     faust_commit_interval_s: float = Field(
         1.0,
         gt=0,

@@ -89,6 +89,9 @@ class NeighbourConfig:
     exact_max: int = 5_000
     #: rebuild the index and lists every this much event time
     interval_ms: int = 10 * 60_000
+    #: ... and earlier when the users with an aggregate have grown by this factor since the last
+    #: build, so a cold index fills within minutes instead of one interval (1 = interval only)
+    growth_factor: float = 2.0
 
 
 class NeighbourIndex:
@@ -184,20 +187,36 @@ def build_index(
 
 
 class RefreshClock:
-    """When the next neighbour refresh is due, in event time (shared by simulator and workers)."""
+    """When the next neighbour refresh is due, in event time (shared by simulator and workers).
 
-    def __init__(self, interval_ms: int, ttl_ms: int) -> None:
+    Due every ``interval_ms``, or earlier once the population the index is built from (users with
+    an aggregate) has grown ``growth_factor``-fold since the last build: after a cold start the
+    index is rebuilt at 1, 2, 4, … users (cheap while small) instead of staying nearly empty for a
+    whole interval; in steady state the population grows slowly and the interval governs.
+    """
+
+    def __init__(self, interval_ms: int, ttl_ms: int, growth_factor: float = 2.0) -> None:
+        if growth_factor < 1.0:
+            raise ValueError(f"growth_factor must be >= 1, got {growth_factor}")
         self.interval_ms = interval_ms
         self.ttl_ms = ttl_ms
+        self.growth_factor = growth_factor
         self.last_ms: int | None = None
+        self.last_population = 0
 
-    def due(self, t: int) -> bool:
-        return self.last_ms is None or t - self.last_ms >= self.interval_ms
+    def due(self, t: int, population: int | None = None) -> bool:
+        if self.last_ms is None or t - self.last_ms >= self.interval_ms:
+            return True
+        if population is None or self.growth_factor <= 1.0:
+            return False
+        return population >= max(1.0, self.growth_factor * self.last_population)
 
-    def start(self, t: int) -> int:
-        """Mark a refresh at ``t``; returns since when users count as active (last refresh)."""
+    def start(self, t: int, population: int = 0) -> int:
+        """Mark a refresh at ``t`` over ``population`` users; returns since when users count as
+        active (the last refresh)."""
         since = self.last_ms if self.last_ms is not None else t - self.ttl_ms
         self.last_ms = t
+        self.last_population = population
         return since
 
 

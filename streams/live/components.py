@@ -42,7 +42,11 @@ class EngineConfig:
                 top_fraction=settings.verifier_top_fraction,
                 rank_by=settings.verifier_rank_by,
             ),
-            NeighbourConfig(k=settings.neighbours_k, interval_ms=settings.neighbour_interval_ms),
+            NeighbourConfig(
+                k=settings.neighbours_k,
+                interval_ms=settings.neighbour_interval_ms,
+                growth_factor=settings.neighbour_growth_factor,
+            ),
         )
 
 

@@ -30,13 +30,17 @@ class NeighbourRefresher:
         self.settings = settings
         self.parts = parts
         self.name = name
-        self.clock = RefreshClock(parts.config.neighbours.interval_ms, settings.neighbour_ttl_ms)
+        self.clock = RefreshClock(
+            parts.config.neighbours.interval_ms,
+            settings.neighbour_ttl_ms,
+            parts.config.neighbours.growth_factor,
+        )
         self._restored = False
 
     async def maybe_refresh(self, t: int, aggregates: Any, reps_table: Any) -> None:
         """Refresh when due at event time ``t`` (before the request at ``t`` is speculated)."""
         reps, s = self.parts.reps, self.settings
-        if reps is None or not self.clock.due(t):
+        if reps is None or not self.clock.due(t, len(self.parts.aggregate_times)):
             return
         if not self._restored:  # after a restart the in-memory state comes back from the tables
             for u, v in reps_table.items():
@@ -46,7 +50,7 @@ class NeighbourRefresher:
                 if v:
                     self.parts.aggregate_times.setdefault(int(u), int(v["n"]))
             self._restored = True
-        since = self.clock.start(t)
+        since = self.clock.start(t, len(self.parts.aggregate_times))
         horizon = s.neighbour_aggregate_ttl_ms
         fresh = [u for u, tn in self.parts.aggregate_times.items() if t - tn <= horizon]
         index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)

@@ -77,7 +77,9 @@ class Simulator:
         self.agg_states: dict[int, AggregateState] = {}
         self.agg_newest: dict[int, int] = {}
         self.refresh_clock = RefreshClock(
-            config.neighbours.interval_ms, config.reader.neighbour_ttl_ms
+            config.neighbours.interval_ms,
+            config.reader.neighbour_ttl_ms,
+            config.neighbours.growth_factor,
         )
         self.requests = 0
         self.coverage = CoverageCounter()
@@ -166,9 +168,9 @@ class Simulator:
 
     def _maybe_refresh_neighbours(self, t: int) -> None:
         cfg = self.config
-        if self.reps is None or not self.refresh_clock.due(t):
+        if self.reps is None or not self.refresh_clock.due(t, len(self.agg_newest)):
             return
-        since = self.refresh_clock.start(t)
+        since = self.refresh_clock.start(t, len(self.agg_newest))
         horizon = cfg.reader.neighbour_aggregate_ttl_ms
         fresh = [u for u, tn in self.agg_newest.items() if t - tn <= horizon]
         index, lists = refresh(self.reps, fresh, since, t, cfg.neighbours)

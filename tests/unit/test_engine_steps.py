@@ -199,3 +199,30 @@ def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> 
     kept = v.verify_many([props(4)])[0]
     # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103
     assert [p.item_id for p in kept] == [100, 103]
+
+
+def test_refresh_clock_is_due_on_the_interval_and_on_population_growth() -> None:
+    from streams.engine.neighbours import RefreshClock
+
+    clock = RefreshClock(interval_ms=1_000, ttl_ms=5_000, growth_factor=2.0)
+    assert clock.due(T0, population=0)  # never built
+    assert clock.start(T0, population=0) == T0 - 5_000
+    assert not clock.due(T0 + 1, population=0)
+    assert clock.due(T0 + 1, population=1)  # the first user with an aggregate
+    assert clock.start(T0 + 1, population=3) == T0
+    assert not clock.due(T0 + 2, population=5)  # 5 < 2 x 3
+    assert clock.due(T0 + 2, population=6)
+    assert not clock.due(T0 + 1_000, population=3)  # one ms short of the interval
+    assert clock.due(T0 + 1_001, population=3)
+    assert not clock.due(T0 + 2)  # no population given: interval only
+
+
+def test_refresh_clock_growth_factor_one_means_interval_only() -> None:
+    from streams.engine.neighbours import RefreshClock
+
+    clock = RefreshClock(interval_ms=1_000, ttl_ms=5_000, growth_factor=1.0)
+    clock.start(T0, population=1)
+    assert not clock.due(T0 + 999, population=1_000_000)
+    assert clock.due(T0 + 1_000, population=1)
+    with pytest.raises(ValueError, match="growth_factor"):
+        RefreshClock(interval_ms=1_000, ttl_ms=5_000, growth_factor=0.5)

@@ -128,3 +128,23 @@ def test_prior_ranked_verifier_runs_at_the_same_budget(
         abs(prior.speculation.embedded - vm.speculation.embedded) <= 0.05 * vm.speculation.embedded
     )
     assert prior.coverage.total == vm.coverage.total
+
+
+def test_growth_triggered_neighbour_refresh_fills_a_cold_index_sooner(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    from streams.engine.neighbours import NeighbourConfig
+
+    def neighbour_coverage(growth: float) -> tuple[float, int]:
+        # an interval longer than the trace: only the growth trigger can rebuild the index
+        nb = NeighbourConfig(k=4, interval_ms=10 * 86_400_000, growth_factor=growth)
+        sim = Simulator(config(neighbours=nb), models())
+        sim.run(events)
+        return sim.coverage.shares()["neighbours"], sim.refresh_clock.last_population
+
+    interval_only, population_interval = neighbour_coverage(1.0)
+    with_growth, population_growth = neighbour_coverage(2.0)
+    assert population_interval == 0  # built once, at the first request, over nobody
+    assert population_growth > 30  # rebuilt as users got aggregates
+    assert interval_only == 0.0  # an empty index serves nobody
+    assert with_growth > 0.02
