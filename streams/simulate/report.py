@@ -43,8 +43,10 @@ def combine(
     oracle: dict[str, Any],
     candidates_per_request: float,
     random_same_budget: dict[str, Any] | None = None,
+    foresight_same_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report: achieved run + oracle coverage + efficiency (+ random baseline)."""
+    """The report: achieved run + oracle coverage + efficiency (+ random and foresight
+    baselines at the same per-request budget)."""
     out = dict(achieved)
     out["oracle"] = oracle["cumulative"]
     out["fm_pairs_per_request_oracle"] = oracle["fm_pairs_per_request"]
@@ -57,14 +59,19 @@ def combine(
         achieved["cumulative"]["exact"] / oracle_exact if oracle_exact else 0.0
     )
     out["labelled"] = dict(achieved["labelled"], oracle=oracle["labelled"]["cumulative"])
-    if random_same_budget is not None:
-        out["random_same_budget"] = {
-            "cumulative": random_same_budget["cumulative"],
-            "fm_pairs_per_request": random_same_budget["fm_pairs_per_request"],
-            "speculation_efficiency": random_same_budget["cumulative"]["exact"] / oracle_exact
-            if oracle_exact
-            else 0.0,
-        }
+    for key, run in (
+        ("random_same_budget", random_same_budget),
+        ("foresight_same_budget", foresight_same_budget),
+    ):
+        if run is not None:
+            out[key] = {
+                "cumulative": run["cumulative"],
+                "labelled": run["labelled"]["cumulative"],
+                "fm_pairs_per_request": run["fm_pairs_per_request"],
+                "speculation_efficiency": run["cumulative"]["exact"] / oracle_exact
+                if oracle_exact
+                else 0.0,
+            }
     return out
 
 
@@ -80,16 +87,26 @@ def markdown_table(report: dict[str, Any]) -> str:
 
     row("achieved (all candidates)", report["cumulative"], report["fm_pairs_per_request"])
     row("oracle (all candidates)", report["oracle"], report["fm_pairs_per_request_oracle"])
-    if "random_same_budget" in report:
-        rnd = report["random_same_budget"]
-        row("random, same budget", rnd["cumulative"], rnd["fm_pairs_per_request"])
+    for key, name in (
+        ("random_same_budget", "random, same budget"),
+        ("foresight_same_budget", "foresight (ceiling), same budget"),
+    ):
+        if key in report:
+            run = report[key]
+            row(name, run["cumulative"], run["fm_pairs_per_request"])
     row("achieved (labelled)", report["labelled"]["cumulative"], "")
     row("oracle (labelled)", report["labelled"]["oracle"], "")
     rows.append("")
     rows.append(
         f"requests {report['requests']}, lookups {report['lookups']}, candidates/request "
         f"{report['fm_pairs_per_request_all_candidates']:.1f}, FM cost ratio {report['fm_cost_ratio']:.2f}, "
-        f"speculation efficiency {report['speculation_efficiency']:.3f}, precision "
+        f"speculation efficiency {report['speculation_efficiency']:.3f}"
+        + (
+            f" (ceiling at this budget {report['foresight_same_budget']['speculation_efficiency']:.3f})"
+            if "foresight_same_budget" in report
+            else ""
+        )
+        + ", precision "
         f"{report['speculation_precision']:.3f}, verifier drop rate {report['verifier_drop_rate']:.3f}"
     )
     if "ne" in report:

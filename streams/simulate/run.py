@@ -10,7 +10,7 @@ from typing import Any
 from schemas.records import ImpressionEvent, RequestEvent
 from store.protocol import FeatureStore
 from streams.engine.speculator import SpeculatorConfig
-from streams.simulate.baselines import NullFM, RandomScorer
+from streams.simulate.baselines import ForesightScorer, NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import combine, run_summary
 from streams.simulate.simulator import SimModels, Simulator
@@ -40,6 +40,14 @@ def _run(
     return sim
 
 
+def foresight_scorer(events: Events, horizon_ms: int) -> ForesightScorer:
+    """A scorer that knows each pair's lookups in the next ``horizon_ms`` of the traffic."""
+    requests = [
+        (e.user_id, e.event_time_ms, e.candidates) for e in events() if isinstance(e, RequestEvent)
+    ]
+    return ForesightScorer.from_requests(requests, horizon_ms)
+
+
 def simulate(
     events: Events,
     config: SimConfig,
@@ -58,9 +66,10 @@ def simulate(
     oracle = _run(
         "oracle", events, oracle_config(config), SimModels(null, items=models.items), progress
     )
-    random = None
+    random = foresight = None
     if with_random and config.verify and models.vm is not None:
-        # Random selection: random scores ranked as they are (never re-ranked by a prior).
+        # Baselines at the same budget: random scores and scores that know the future, ranked
+        # as they are (never re-ranked by a prior).
         verifier = dataclasses.replace(config.verifier, rank_by="vm")
         cfg = dataclasses.replace(config, test_start_ms=None, verifier=verifier)
         random = run_summary(
@@ -72,8 +81,12 @@ def simulate(
                 progress,
             )
         )
+        seer = foresight_scorer(events, config.pair_ttl_ms)
+        foresight = run_summary(
+            _run("foresight", events, cfg, SimModels(null, seer, items=models.items), progress)
+        )
     candidates = oracle.coverage.total / max(oracle.requests, 1)
-    report = combine(run_summary(achieved), run_summary(oracle), candidates, random)
+    report = combine(run_summary(achieved), run_summary(oracle), candidates, random, foresight)
     if (
         achieved.eval is not None
         and len(achieved.eval)

@@ -2,8 +2,9 @@
 
 Every point runs the simulator with a zero-cost FM (coverage does not depend on the vectors) and
 the real VM as verifier; selectors at each budget: the configured ranking ("speculative"), the
-VM's relevance ranking ("vm", when the configured one is something else) and a random scorer
-("random"); one oracle run per TTL gives the ceiling. Output: JSON rows and an optional PNG plot (matplotlib, from the ``train`` extra).
+VM's relevance ranking ("vm", when the configured one is something else), a random scorer
+("random") and a scorer that knows each pair's future lookups ("foresight": the ceiling of any
+selection at that budget); one oracle run per TTL gives the unlimited-budget ceiling. Output: JSON rows and an optional PNG plot (matplotlib, from the ``train`` extra).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from streams.engine.verifier import VerifierConfig
 from streams.simulate.baselines import NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import run_summary
-from streams.simulate.run import Events, oracle_config
+from streams.simulate.run import Events, foresight_scorer, oracle_config
 from streams.simulate.simulator import SimModels, Simulator
 
 FRACTIONS = (0.1, 0.25, 0.5)
@@ -57,6 +58,7 @@ def sweep(
         if rank_by != "vm":
             selectors.append(("vm", models.vm, "vm"))
         selectors.append(("random", RandomScorer(11), "vm"))
+        selectors.append(("foresight", foresight_scorer(events, ttl), "vm"))
         for frac in fractions:
             for selector, scorer, ranking in selectors:
                 verifier = VerifierConfig(top_fraction=frac, rank_by=ranking)
@@ -87,7 +89,8 @@ def plot(result: dict[str, Any], path: Path, title: str) -> Path | None:
         (axes[1], "labelled", "labelled items"),
     ):
         for ttl in sorted({r["ttl_ms"] for r in result["rows"]}):
-            for selector, style in (("speculative", "-o"), ("vm", "-.s"), ("random", "--x")):
+            styles = (("speculative", "-o"), ("vm", "-.s"), ("random", "--x"), ("foresight", ":^"))
+            for selector, style in styles:
                 pts = sorted(
                     (r for r in result["rows"] if r["ttl_ms"] == ttl and r["selector"] == selector),
                     key=lambda r: r["fm_pairs_per_request"],

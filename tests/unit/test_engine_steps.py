@@ -226,3 +226,20 @@ def test_refresh_clock_growth_factor_one_means_interval_only() -> None:
     assert clock.due(T0 + 1_000, population=1)
     with pytest.raises(ValueError, match="growth_factor"):
         RefreshClock(interval_ms=1_000, ttl_ms=5_000, growth_factor=0.5)
+
+
+def test_foresight_scorer_counts_future_lookups_within_the_horizon() -> None:
+    from streams.simulate.baselines import ForesightScorer
+
+    seer = ForesightScorer.from_requests(
+        [(1, T0, [10, 11]), (1, T0 + 500, [10]), (1, T0 + 1_000, [10, 12]), (2, T0, [10])],
+        horizon_ms=1_000,
+    )
+    u = np.array([1, 1, 1, 2, 3], np.int64)
+    i = np.array([10, 11, 12, 10, 10], np.int64)
+    t = np.full(5, T0, np.int64)
+    # (1,10): at T0+500 and T0+1000 (the horizon's end counts); the lookup at T0 itself does not
+    assert seer.score(u, i, t).tolist() == [2.0, 0.0, 1.0, 0.0, 0.0]
+    assert seer.score(u[:1], i[:1], np.array([T0 + 500], np.int64)).tolist() == [1.0]
+    with pytest.raises(ValueError, match="item ids"):
+        seer.score(u[:1], np.array([-1], np.int64), t[:1])

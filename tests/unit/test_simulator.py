@@ -94,6 +94,7 @@ def test_simulate_report_shape_and_oracle_bound(
         "ne",
         "transfer_ratio_at_achieved",
         "random_same_budget",
+        "foresight_same_budget",
     ):
         assert key in report, key
     assert set(report["coverage"]) == {"exact", "aggregate", "neighbours", "missing"}
@@ -105,6 +106,10 @@ def test_simulate_report_shape_and_oracle_bound(
     assert report["fm_pairs_per_request"] < report["fm_pairs_per_request_all_candidates"]
     assert set(report["labelled"]["oracle"]) == {"exact", "with_aggregate", "with_neighbours"}
     assert report["ne"]["vm"]["ne"] > 0
+    # knowing the future beats chance at the same budget, and never beats the oracle
+    seer, rnd = report["foresight_same_budget"], report["random_same_budget"]
+    assert rnd["cumulative"]["exact"] < seer["cumulative"]["exact"] <= oracle["exact"] + 1e-9
+    assert seer["fm_pairs_per_request"] == pytest.approx(rnd["fm_pairs_per_request"], rel=0.1)
 
 
 def test_simulation_is_deterministic(events: list[RequestEvent | ImpressionEvent]) -> None:
