@@ -49,6 +49,7 @@ from streams.live.state import (
     history_to_table,
     ledger_from_table,
     ledger_to_table,
+    verified_requests_from_table,
 )
 from streams.settings import Settings
 
@@ -224,9 +225,21 @@ def create_app(
                 b = await decoded(event, ProposalBatch)
                 if b is None:
                     continue
+                saved = ledger.get(b.user_id)
+                done = verified_requests_from_table(saved)
+                if b.request_id in done:
+                    # A redelivery (e.g. after a crash) of a request whose pairs are already in
+                    # `verified`: verifying it again would see its own pairs as fresh and pick the
+                    # next best ones, i.e. extra FM work an uninterrupted run never does.
+                    parts.count(redelivered=1)
+                    log.info(
+                        "skipped a redelivered request: its pairs are already verified",
+                        extra={"request_id": b.request_id, "user_id": b.user_id},
+                    )
+                    continue
                 # Re-check freshness: a request speculated before the previous one's ledger
                 # update landed must not embed the same pairs twice.
-                led = ledger_from_table(ledger.get(b.user_id))
+                led = ledger_from_table(saved)
                 group = [
                     PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
                     for i, s in zip(b.item_ids, b.strategies, strict=True)
@@ -237,7 +250,7 @@ def create_app(
                     ok = parts.verifier.verify_many([group], [b.candidates])[0]
                 metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
                 parts.count(verified=len(ok), dropped=len(group) - len(ok))
-                if not ok:
+                if not ok:  # nothing changes: a redelivery would decide the same
                     continue
                 metrics.VERIFIED.inc(len(ok))
                 hist = history_before(
@@ -264,7 +277,7 @@ def create_app(
                 # a crash before this point re-verifies the pairs instead of skipping them.
                 await delivery
                 record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
-                ledger[b.user_id] = ledger_to_table(led)
+                ledger[b.user_id] = ledger_to_table(led, [*done, b.request_id])
 
     if "embed" in roles:
 
