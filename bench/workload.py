@@ -49,13 +49,16 @@ class TrafficSpec:
     n_users: int
     days: float
     seed: int = 11
+    sessions_per_day: float = 2.0
 
     def file_name(self) -> str:
-        return f"traffic-{self.n_users}u-{self.days:g}d-s{self.seed}.avro"
+        return (
+            f"traffic-{self.n_users}u-{self.days:g}d-{self.sessions_per_day:g}spd-s{self.seed}.avro"
+        )
 
 
-FULL_TRAFFIC = TrafficSpec(1_500, 14.0)  # the synthetic default: ~27k requests, ~136k impressions
-SMOKE_TRAFFIC = TrafficSpec(30, 2.0, seed=5)
+FULL_TRAFFIC = TrafficSpec(300, 14.0)  # the synthetic default: ~33k requests, ~167k impressions
+SMOKE_TRAFFIC = TrafficSpec(30, 2.0, seed=5, sessions_per_day=0.35)  # ~80 requests
 
 
 def bench_dir(settings: Settings) -> Path:
@@ -73,7 +76,12 @@ def bench_traffic(settings: Settings, spec: TrafficSpec) -> Path:
     from models.data.synthetic import SyntheticConfig, generate, synthetic_metadata
     from models.data.traffic import write_traffic
 
-    cfg = SyntheticConfig(n_users=spec.n_users, days=spec.days, seed=spec.seed)
+    cfg = SyntheticConfig(
+        n_users=spec.n_users,
+        days=spec.days,
+        seed=spec.seed,
+        sessions_per_day=spec.sessions_per_day,
+    )
     traffic = generate(cfg)
     tmp = path.with_suffix(".tmp")
     write_traffic(tmp, iter_events(traffic.requests, traffic.impressions), synthetic_metadata(cfg))

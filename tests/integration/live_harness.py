@@ -38,11 +38,22 @@ TINY_TRAIN = TrainConfig(
 )
 
 
+#: sessions per user-day of test traffic: light users keep replays to tens of requests
+LIGHT_USERS = 0.35
+
+
 def small_traffic(path: Path, n_users: int = 12, days: float = 1.0, seed: int = 5) -> Path:
     """Deterministic small synthetic traffic (tens of requests)."""
     if not path.exists():
         traffic = generate(
-            SyntheticConfig(n_users=n_users, n_items=300, days=days, k=20, seed=seed)
+            SyntheticConfig(
+                n_users=n_users,
+                n_items=300,
+                days=days,
+                k=20,
+                seed=seed,
+                sessions_per_day=LIGHT_USERS,
+            )
         )
         write_traffic(
             path, iter_events(traffic.requests, traffic.impressions), {"dataset": "synthetic-test"}

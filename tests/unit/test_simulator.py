@@ -23,7 +23,9 @@ DIM = 8
 
 @pytest.fixture(scope="module")
 def events() -> list[RequestEvent | ImpressionEvent]:
-    traffic = generate(SyntheticConfig(n_users=60, n_items=400, days=3.0, k=20, seed=3))
+    traffic = generate(
+        SyntheticConfig(n_users=60, n_items=400, days=3.0, k=20, seed=3, sessions_per_day=0.35)
+    )
     return list(iter_events(traffic.requests, traffic.impressions))
 
 

@@ -19,7 +19,9 @@ from models.data.synthetic import (
 )
 from models.data.traffic import write_traffic
 
-SMALL = SyntheticConfig(seed=11, n_users=80, n_items=500, days=2.0, k=30, shown=4)
+SMALL = SyntheticConfig(
+    seed=11, n_users=80, n_items=500, days=2.0, k=30, shown=4, sessions_per_day=0.35
+)
 
 
 @pytest.fixture(scope="module")

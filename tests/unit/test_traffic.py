@@ -27,7 +27,9 @@ from schemas.records import ImpressionEvent, RequestEvent
 from streams.cli import data_cmd
 
 T0 = 1_700_000_000_000
-SMALL = SyntheticConfig(seed=3, n_users=60, n_items=400, days=2.0, k=20, shown=3)
+SMALL = SyntheticConfig(
+    seed=3, n_users=60, n_items=400, days=2.0, k=20, shown=3, sessions_per_day=0.35
+)
 
 
 @pytest.fixture(scope="module")
