@@ -57,7 +57,7 @@ class TrafficSpec:
         )
 
 
-FULL_TRAFFIC = TrafficSpec(300, 14.0)  # the synthetic default: ~33k requests, ~167k impressions
+FULL_TRAFFIC = TrafficSpec(600, 7.0)  # the synthetic default: ~33k requests, ~164k impressions
 SMOKE_TRAFFIC = TrafficSpec(30, 2.0, seed=5, sessions_per_day=0.35)  # ~80 requests
 
 

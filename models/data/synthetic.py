@@ -50,14 +50,14 @@ class SyntheticConfig:
     """Sizes and calibrated knobs of the synthetic world (all times in event time)."""
 
     seed: int = 0
-    n_users: int = 300
-    """Small default: ~30k requests, replays in a few minutes on 2 cores. (Few users, each as
-    active as a daily user of a large app — see ``sessions_per_day``.)"""
+    n_users: int = 600
+    """Small default: ~33k requests over a week, replays in a few minutes on 2 cores. (Few
+    users, each as active as a daily user of a large app — see ``sessions_per_day``.)"""
     n_items: int = 5_000
     dim: int = 16
     """Latent dimension of tastes and items."""
-    days: float = 14.0
-    """Span of the traffic: two weeks, so users return over many days and 24 h windows fill."""
+    days: float = 7.0
+    """Span of the traffic: a week, so users return over several days and 24 h windows fill."""
     start_ms: int = 1_704_067_200_000
     """2024-01-01T00:00:00Z; fixed so files are reproducible."""
     sessions_per_day: float = 2.0

@@ -44,7 +44,7 @@ def test_defaults_overlap_and_return_like_real_traffic(default_stats: TrafficSta
     assert 0.40 <= default_stats.consecutive_jaccard <= 0.60
     assert default_stats.returning_user_share >= 0.6  # users come back on other days
     assert default_stats.active_days_mean >= 3.0
-    assert 13.0 <= default_stats.span_days <= 14.1  # the last bursts may run past day 14
+    assert 6.5 <= default_stats.span_days <= 7.1  # the last bursts may run past day 7
     assert 20_000 <= default_stats.requests <= 40_000  # the small default: a few-minute replay
     assert 0.08 <= default_stats.label_rate <= 0.12
 
