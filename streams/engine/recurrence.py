@@ -26,6 +26,8 @@ import numpy as np
 
 from streams.engine.lookahead import DecayedCounter
 
+_SWEEP_EVERY = 10_000  # observed requests between sweeps of idle users
+
 
 class RecurrencePrior:
     """Item prior (decayed frequency in candidate lists) plus each user's recent candidate lists."""
@@ -35,13 +37,15 @@ class RecurrencePrior:
         half_life_ms: int = 6 * 3_600_000,
         lists_per_user: int = 4,
         memory_ms: int = 4 * 3_600_000,
-        max_users: int = 500_000,
+        max_users: int = 200_000,
     ) -> None:
         self._counts = DecayedCounter(half_life_ms)
         self.lists_per_user = lists_per_user
         self.memory_ms = memory_ms
+        #: bounds memory (~3 kB per user with 4 lists of 50 candidates)
         self.max_users = max_users
         self._lists: dict[int, deque[tuple[int, np.ndarray]]] = {}
+        self._observed = 0
 
     def observe(
         self, item_ids: Sequence[int], event_time_ms: int, user_id: int | None = None
@@ -51,6 +55,9 @@ class RecurrencePrior:
             self._counts.add(int(item), event_time_ms)
         if user_id is None:
             return
+        self._observed += 1
+        if self._observed % _SWEEP_EVERY == 0:  # users idle past the memory count for nothing
+            self._drop_idle(event_time_ms)
         lists = self._lists.get(user_id)
         if lists is None:
             if len(self._lists) >= self.max_users:
@@ -58,14 +65,22 @@ class RecurrencePrior:
             lists = self._lists[user_id] = deque(maxlen=self.lists_per_user)
         lists.append((event_time_ms, np.asarray(item_ids, np.int64)))
 
-    def _evict(self, now_ms: int) -> None:
-        """Drop users whose newest list is older than the memory; else the oldest half."""
+    def _drop_idle(self, now_ms: int) -> int:
         stale = [u for u, q in self._lists.items() if now_ms - q[-1][0] > self.memory_ms]
-        if len(stale) < len(self._lists) // 10:
-            by_age = sorted(self._lists, key=lambda u: self._lists[u][-1][0])
-            stale = by_age[: len(by_age) // 2]
         for u in stale:
             del self._lists[u]
+        return len(stale)
+
+    def _evict(self, now_ms: int) -> None:
+        """Full: drop users idle past the memory; if that frees little, the oldest half."""
+        if self._drop_idle(now_ms) < len(self._lists) // 10:
+            by_age = sorted(self._lists, key=lambda u: self._lists[u][-1][0])
+            for u in by_age[: len(by_age) // 2]:
+                del self._lists[u]
+
+    def tracked_users(self) -> int:
+        """Users whose recent candidate lists are held (for tests and metrics)."""
+        return len(self._lists)
 
     def scores(self, item_ids: Sequence[int]) -> np.ndarray:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""

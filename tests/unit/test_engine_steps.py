@@ -187,6 +187,19 @@ def test_pair_memory_evicts_idle_users_when_full() -> None:
     assert all(prior.pair_counts(u, [1], T0 + 3).tolist() == [0.0] for u in range(4))
 
 
+def test_pair_memory_drops_idle_users_as_it_goes() -> None:
+    from streams.engine import recurrence
+    from streams.engine.recurrence import RecurrencePrior
+
+    prior = RecurrencePrior(half_life_ms=H, memory_ms=1_000)
+    every = recurrence._SWEEP_EVERY
+    for n in range(every - 1):
+        prior.observe([1], T0, user_id=n)
+    assert prior.tracked_users() == every - 1
+    prior.observe([1], T0 + 5_000, user_id=-1)  # the sweep: everyone else is idle by now
+    assert prior.tracked_users() == 1
+
+
 def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> None:
     from streams.engine.recurrence import RecurrencePrior
 
