@@ -174,29 +174,29 @@ def wait_drained(settings: Settings, procs: Procs, timeout_s: float = 180) -> No
 
 
 def read_topic(
-    settings: Settings, topic: str, timeout_s: float = 10.0
+    settings: Settings, topic: str, timeout_s: float = 30.0
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """Every message of ``topic`` from the beginning (key, value)."""
-    import uuid
-
-    from confluent_kafka import Consumer, KafkaError
+    """Every message of ``topic`` from the beginning (key, value); raises if the end of every
+    partition is not reached within ``timeout_s`` (a partial read must not pass for "empty")."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": f"read-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
+            "group.id": "solaris-test-reader",  # required by the client; never joins: assign()
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
-    consumer.subscribe([topic])
+    parts = settings.topic_partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
     out: list[tuple[bytes | None, bytes | None]] = []
     eof: set[int] = set()
-    parts = settings.topic_partitions
     deadline = time.monotonic() + timeout_s
     try:
-        while len(eof) < parts and time.monotonic() < deadline:
+        while len(eof) < parts:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(out)} messages of {topic}; partitions at end: {eof}")
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
