@@ -30,6 +30,18 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("solaris", description="Prefix of every topic name.")
     topic_partitions: int = Field(4, ge=1, description="Partitions of each SOLARIS topic.")
     topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")
+    topic_retention_ms: int = Field(
+        -1,
+        ge=-1,
+        description=(
+            "Time retention of created topics (-1 = none). Records carry *event* times, so with "
+            "time retention a replay of old traffic is deleted at the broker's next retention "
+            "check, consumed or not."
+        ),
+    )
+    topic_retention_bytes: int = Field(
+        1 << 30, ge=-1, description="Size retention per partition of created topics (-1 = none)."
+    )
 
     # --- store -----------------------------------------------------------------------------------
     store_backend: Literal["redis", "aerospike", "memory"] = Field(

@@ -37,6 +37,16 @@ class TopicResult:
     partitions: int
 
 
+def topic_config(settings: Settings) -> dict[str, str]:
+    """Retention of created topics. Time retention is off by default: the message timestamps are
+    event times, which for recorded traffic lie in the past, and the broker would delete such
+    records (consumed or not) at its next retention check."""
+    return {
+        "retention.ms": str(settings.topic_retention_ms),
+        "retention.bytes": str(settings.topic_retention_bytes),
+    }
+
+
 def admin_client(settings: Settings) -> AdminClient:
     return AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10_000})
 
@@ -60,7 +70,14 @@ def create_topics(
         if full in existing:
             results.append(TopicResult(full, False, len(existing[full].partitions)))
         else:
-            to_create.append(NewTopic(full, settings.topic_partitions, settings.topic_replication))
+            to_create.append(
+                NewTopic(
+                    full,
+                    settings.topic_partitions,
+                    settings.topic_replication,
+                    config=topic_config(settings),
+                )
+            )
     if to_create:
         futures = admin.create_topics(to_create, operation_timeout=timeout_s)
         for full, future in futures.items():

@@ -21,6 +21,24 @@ def test_topics_are_created_idempotently(test_settings: Settings, kafka_bootstra
     assert not any(r.created for r in create_topics(test_settings))
 
 
+def test_created_topics_keep_old_event_time_records(
+    test_settings: Settings, kafka_bootstrap: str
+) -> None:
+    # Message timestamps are event times; recorded traffic is years old, so time retention
+    # would delete it at the broker's next check whether consumed or not (seen in a kill -9
+    # test: the restarted worker's committed offset fell below the log start).
+    from confluent_kafka.admin import ConfigResource
+
+    from streams.topics import admin_client
+
+    create_topics(test_settings, names=("requests",))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, test_settings.topic("requests"))
+    admin = admin_client(test_settings)  # keep a reference until the future is resolved
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["retention.ms"].value == "-1"
+    assert configs["retention.bytes"].value == str(test_settings.topic_retention_bytes)
+
+
 def test_produce_consume_round_trip(
     test_settings: Settings, kafka_bootstrap: str, unique: str
 ) -> None:
