@@ -3,6 +3,7 @@ vectors' values) and a random verifier (the "random selection at equal budget" b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,15 +61,26 @@ class ForesightScorer:
         horizon_ms: int,
     ) -> None:
         """One row per lookup (a request's candidate): int64 ``[n]`` each."""
-        self.horizon_ms = horizon_ms
         keys = self._pair_keys(user_ids, item_ids)
         self._pairs = np.unique(keys)
         self._t0 = int(event_time_ms.min()) if len(event_time_ms) else 0
-        span = int(event_time_ms.max()) - self._t0 + horizon_ms if len(event_time_ms) else 0
-        if span >= 1 << self._TIME_BITS or len(self._pairs) >= 1 << (63 - self._TIME_BITS):
-            raise ValueError("traffic too long or too large for the foresight index")
+        self._span_ms = int(event_time_ms.max()) - self._t0 if len(event_time_ms) else 0
+        if len(self._pairs) >= 1 << (63 - self._TIME_BITS):
+            raise ValueError("traffic too large for the foresight index")
+        self._set_horizon(horizon_ms)
         pid = np.searchsorted(self._pairs, keys)
         self._index = np.sort((pid << self._TIME_BITS) | (event_time_ms - self._t0))
+
+    def _set_horizon(self, horizon_ms: int) -> None:
+        if self._span_ms + horizon_ms >= 1 << self._TIME_BITS:
+            raise ValueError("traffic plus horizon too long for the foresight index")
+        self.horizon_ms = horizon_ms
+
+    def with_horizon(self, horizon_ms: int) -> ForesightScorer:
+        """The same index looking ``horizon_ms`` ahead (no rebuild, arrays shared)."""
+        other = copy.copy(self)
+        other._set_horizon(horizon_ms)
+        return other
 
     @staticmethod
     def _pair_keys(user_ids: np.ndarray, item_ids: np.ndarray) -> np.ndarray:

@@ -49,6 +49,7 @@ def sweep(
     null = NullFM(base.reader.dim)
     rows: list[dict[str, Any]] = []
     oracles: dict[int, dict[str, Any]] = {}
+    seer = foresight_scorer(events, max(ttls_ms))  # one pass over the traffic for every TTL
     for ttl in ttls_ms:
         reader = dataclasses.replace(base.reader, pair_ttl_ms=ttl)
         cfg_ttl = dataclasses.replace(base, reader=reader, test_start_ms=None)
@@ -58,7 +59,7 @@ def sweep(
         if rank_by != "vm":
             selectors.append(("vm", models.vm, "vm"))
         selectors.append(("random", RandomScorer(11), "vm"))
-        selectors.append(("foresight", foresight_scorer(events, ttl), "vm"))
+        selectors.append(("foresight", seer.with_horizon(ttl), "vm"))
         for frac in fractions:
             for selector, scorer, ranking in selectors:
                 verifier = VerifierConfig(top_fraction=frac, rank_by=ranking)

@@ -256,3 +256,6 @@ def test_foresight_scorer_counts_future_lookups_within_the_horizon() -> None:
     assert seer.score(u[:1], i[:1], np.array([T0 + 500], np.int64)).tolist() == [1.0]
     with pytest.raises(ValueError, match="item ids"):
         seer.score(u[:1], np.array([-1], np.int64), t[:1])
+    shorter = seer.with_horizon(500)  # same index, nearer horizon; the original is unchanged
+    assert shorter.score(u[:1], i[:1], t[:1]).tolist() == [1.0]
+    assert seer.score(u[:1], i[:1], t[:1]).tolist() == [2.0]

@@ -155,3 +155,20 @@ def test_growth_triggered_neighbour_refresh_fills_a_cold_index_sooner(
     assert population_growth > 30  # rebuilt as users got aggregates
     assert interval_only == 0.0  # an empty index serves nobody
     assert with_growth > 0.02
+
+
+def test_sweep_rows_per_ttl_budget_and_selector(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    from streams.simulate.sweep import sweep
+
+    hour = 3_600_000
+    out = sweep(lambda: events, config(), models(), fractions=(0.25,), ttls_ms=(hour, 4 * hour))
+    got = {(r["ttl_ms"], r["selector"]) for r in out["rows"]}
+    selectors = ("speculative", "vm", "random", "foresight")
+    assert got == {(ttl, s) for ttl in (hour, 4 * hour) for s in selectors}
+    assert set(out["oracle"]) == {str(hour), str(4 * hour)}
+    for ttl in (hour, 4 * hour):
+        row = {r["selector"]: r for r in out["rows"] if r["ttl_ms"] == ttl}
+        assert row["foresight"]["cumulative"]["exact"] >= row["random"]["cumulative"]["exact"]
+        assert row["foresight"]["efficiency"] <= 1.0 + 1e-9
