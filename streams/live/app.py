@@ -250,7 +250,7 @@ def create_app(
                     ok = parts.verifier.verify_many([group], [b.candidates])[0]
                 metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
                 parts.count(verified=len(ok), dropped=len(group) - len(ok))
-                if not ok:  # nothing changes: a redelivery would decide the same
+                if not ok:  # nothing sent, nothing to remember
                     continue
                 metrics.VERIFIED.inc(len(ok))
                 hist = history_before(
