@@ -17,13 +17,14 @@ import urllib.request
 from pathlib import Path
 
 import redis
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from bench.common import delete_keys, run_id
 from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import ProposalBatch
 from streams.demo import Children, solaris_cmd, wait_for_groups
+from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from streams.topics import admin_client, create_topics
 
@@ -114,12 +115,8 @@ class LiveRun:
     def produce_verified(self, messages: list[ProposalBatch]) -> float:
         """Write ``messages`` to the ``verified`` topic (keyed by user); returns the seconds taken."""
         codec = Codec(Limits(max_candidates=self.settings.max_candidates))
-        producer = Producer(
-            {
-                "bootstrap.servers": self.settings.kafka_bootstrap,
-                "linger.ms": 5,
-                "queue.buffering.max.messages": 500_000,
-            }
+        producer = make_producer(
+            self.settings, {"linger.ms": 5, "queue.buffering.max.messages": 500_000}
         )
         topic = self.settings.topic("verified")
         start = time.perf_counter()

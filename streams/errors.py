@@ -13,3 +13,7 @@ class KafkaUnavailable(StreamsError):
 
 class InfraError(StreamsError):
     """A local infra script (Kafka/Redis start, stop, status) failed."""
+
+
+class TopicLayoutError(StreamsError):
+    """Topics a worker co-reads have different partition counts (state would be split)."""

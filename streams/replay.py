@@ -20,6 +20,7 @@ from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
 from streams.errors import KafkaUnavailable
+from streams.kafka_clients import make_producer
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,9 @@ class ReplayStats:
 
 
 def _producer(settings: Settings) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "queue.buffering.max.messages": 500_000,
-        }
+    return make_producer(
+        settings,
+        {"enable.idempotence": True, "linger.ms": 5, "queue.buffering.max.messages": 500_000},
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.errors import KafkaUnavailable
+from streams.errors import KafkaUnavailable, TopicLayoutError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -90,3 +90,45 @@ def create_topics(
                     raise KafkaUnavailable(f"creating {full} failed: {exc}") from exc
                 results.append(TopicResult(full, False, settings.topic_partitions))
     return sorted(results, key=lambda r: r.name)
+
+
+#: Topics a pipeline worker reads per-user state across: they must be co-partitioned.
+CO_PARTITIONED: tuple[str, ...] = (
+    "requests",
+    "impressions",
+    "speculated",
+    "verified",
+    "embeddings",
+)
+
+
+def partition_counts(
+    settings: Settings, names: tuple[str, ...], timeout_s: float = 30.0
+) -> dict[str, int]:
+    """Partition count of each existing topic among ``names`` (full names); absent ones left out."""
+    admin = admin_client(settings)
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot list topics at {settings.kafka_bootstrap}: {exc}") from exc
+    return {name: len(existing[name].partitions) for name in names if name in existing}
+
+
+def check_copartitioned(settings: Settings, timeout_s: float = 30.0) -> dict[str, int]:
+    """Refuse to run on topics that would split a user's state across partition numbers.
+
+    Every topic in :data:`CO_PARTITIONED` that exists must have exactly
+    ``settings.topic_partitions`` partitions (Faust's tables and changelogs are created with that
+    count). Returns the counts seen; raises :class:`TopicLayoutError` naming every mismatch.
+    """
+    names = tuple(settings.topic(n) for n in CO_PARTITIONED)
+    counts = partition_counts(settings, names, timeout_s)
+    wrong = {n: c for n, c in counts.items() if c != settings.topic_partitions}
+    if wrong:
+        listed = ", ".join(f"{n} has {c}" for n, c in sorted(wrong.items()))
+        raise TopicLayoutError(
+            f"topics are not co-partitioned: SOLARIS_TOPIC_PARTITIONS={settings.topic_partitions} "
+            f"but {listed}. One user's state must sit on one partition number in every topic; "
+            "recreate the topics with one partition count (or set SOLARIS_TOPIC_PARTITIONS to it)."
+        )
+    return counts

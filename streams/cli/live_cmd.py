@@ -39,16 +39,24 @@ def worker(
     import faust
     from prometheus_client import start_http_server
 
+    from streams.errors import TopicLayoutError
     from streams.live.app import ROLES, create_app
     from streams.live.components import Components
     from streams.models_loader import load_models
     from streams.stores import store_from_settings
+    from streams.topics import check_copartitioned, create_topics
 
     settings = Settings()
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
     if "embed" in roles and len(roles) > 1 and roles != set(ROLES):
         console.print("[red]run 'embed' alone (its own group) or with every role ('all')[/red]")
         raise typer.Exit(2)
+    create_topics(settings)
+    try:
+        check_copartitioned(settings)
+    except TopicLayoutError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
     models, path = load_models(settings, bundle)
     store = store_from_settings(settings)
     parts = Components(settings, models, store)

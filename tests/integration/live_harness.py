@@ -178,6 +178,14 @@ def read_topic(
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Every message of ``topic`` from the beginning (key, value); raises if the end of every
     partition is not reached within ``timeout_s`` (a partial read must not pass for "empty")."""
+    return [(k, v) for _, k, v in read_topic_with_partitions(settings, topic, timeout_s)]
+
+
+def read_topic_with_partitions(
+    settings: Settings, topic: str, timeout_s: float = 30.0
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every message of ``topic`` from the beginning as (partition, key, value); raises on a
+    partial read like :func:`read_topic`."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -190,7 +198,7 @@ def read_topic(
     )
     parts = settings.topic_partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
-    out: list[tuple[bytes | None, bytes | None]] = []
+    out: list[tuple[int, bytes | None, bytes | None]] = []
     eof: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
@@ -204,7 +212,7 @@ def read_topic(
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     eof.add(msg.partition())
                 continue
-            out.append((msg.key(), msg.value()))
+            out.append((msg.partition(), msg.key(), msg.value()))
     finally:
         consumer.close()
     return out

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Producer
 
+from streams.kafka_clients import make_producer
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import create_topics
 
@@ -65,7 +65,7 @@ def worker(
 def test_worker_counts_into_table_and_redis(
     worker: subprocess.Popen[bytes], test_settings: Settings, redis_url: str, tmp_path: Path
 ) -> None:
-    producer = Producer({"bootstrap.servers": test_settings.kafka_bootstrap})
+    producer = make_producer(test_settings)
     expected = {"u1": 5, "u2": 3, "u3": 1}
     for user, n in expected.items():
         for i in range(n):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
 from schemas.codec import Codec
 from schemas.records import RequestEvent
+from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from streams.topics import TOPICS, create_topics
 
@@ -46,7 +47,7 @@ def test_produce_consume_round_trip(
     topic = test_settings.topic("requests")
     codec = Codec()
     sent = [RequestEvent(f"r{i}", i % 3, T0 + i, "feed", (i, i + 1)) for i in range(30)]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    producer = make_producer(test_settings, {"enable.idempotence": True})
     for ev in sent:
         producer.produce(
             topic, key=str(ev.user_id).encode(), value=codec.encode(ev), timestamp=ev.event_time_ms

@@ -1,10 +1,12 @@
 """Live pipeline on the real broker + Redis: parity with the simulator, and bad input.
 
-One lockstep replay (the pipeline drains before each request, so it processes traffic in the
-simulator's order) with a burst of malformed messages sent first. The coverage by tier must
-equal the simulator's on the same traffic for the exact and aggregate tiers; the neighbour tier
-may differ slightly because the ranker reloads the workers' KNN snapshots on a wall-clock
-schedule (every 2 s) rather than at the event time they were built (documented in README).
+One lockstep replay into 4 partitions (the pipeline drains before each request, so it processes
+traffic in the simulator's order) with a burst of malformed messages sent first. Checked against
+the simulator on the same traffic, by *values*: the history attached to every verified pair,
+every exact pair vector and every user aggregate in Redis; and by coverage for the exact and
+aggregate tiers. The neighbour tier may differ slightly because the ranker reloads the workers'
+KNN snapshots on a wall-clock schedule (every 2 s) rather than at the event time they were built
+(documented in README). Every user key must sit on one partition number in every topic.
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import DeadLetter, ImpressionEvent, ProposalBatch, RequestEvent
+from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from tests.integration.live_harness import (
     TINY_TRAIN,
     pipeline,
     raw_encode,
     read_topic,
+    read_topic_with_partitions,
     wait_drained,
 )
 
@@ -38,7 +41,7 @@ def live_settings(base: Settings, unique: str, bundle: Path) -> Settings:
         update={
             "topic_prefix": f"t{unique}",
             "key_prefix": f"t{unique}",
-            "topic_partitions": 2,
+            "topic_partitions": 4,
             "bundle_dir": bundle,
             "embedding_dim": TINY_TRAIN.embedding_dim,
             "history_len": TINY_TRAIN.history_len,
@@ -91,7 +94,7 @@ def live_run(
     log_dir = tmp_path_factory.mktemp("live")
     sent = bad_messages()
     with pipeline(settings, log_dir) as procs:
-        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+        producer = make_producer(settings)
         for topic, msgs in sent.items():
             for value, _ in msgs:
                 producer.produce(settings.topic(topic), key=b"1", value=value)
@@ -118,7 +121,15 @@ def live_run(
         Codec().decode(v, DeadLetter)
         for _, v in read_topic(settings, settings.topic("dead-letter"))
     ]
+    from tests.integration.value_parity import live_values
+
+    partitions = {
+        t: read_topic_with_partitions(settings, settings.topic(t))
+        for t in ("requests", "impressions", "speculated", "verified", "embeddings")
+    }
     return {
+        "values": live_values(settings),
+        "partitions": partitions,
         "settings": settings,
         "summary": live_summary(settings),
         "dead": dead,
@@ -169,3 +180,69 @@ def test_malformed_messages_land_in_dead_letter_topic_with_reasons(
     assert live_run["summary"]["dead_letters"] == {
         reason: sum(1 for _, r in expected if r == reason) for reason in {r for _, r in expected}
     }
+
+
+def test_every_user_key_sits_on_one_partition_number_in_every_topic(
+    live_run: dict[str, Any],
+) -> None:
+    from streams.kafka_clients import partition_for
+
+    settings = live_run["settings"]
+    n = settings.topic_partitions
+    where: dict[bytes, set[tuple[str, int]]] = {}
+    for topic, messages in live_run["partitions"].items():
+        for partition, key, _ in messages:
+            if key is not None:
+                where.setdefault(key, set()).add((topic, partition))
+    users = [k for k in where if k != b"1"]  # b"1": the malformed messages' key
+    assert len(users) >= 10
+    split = {k: sorted(v) for k, v in where.items() if len({p for _, p in v}) > 1}
+    assert not split, (
+        f"{len(split)} of {len(where)} keys span partitions: {list(split.items())[:3]}"
+    )
+    # ... and it is the partition Faust itself would pick for that key.
+    assert all(p == partition_for(k, n) for k, v in where.items() for _, p in v)
+    topics_per_key = {len({t for t, _ in v}) for k, v in where.items() if k in users}
+    assert max(topics_per_key) == 5  # users seen in requests, impressions and the pipeline's own
+
+
+def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> None:
+    """The ranker reads what the simulator computes: same histories, vectors and aggregates."""
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from tests.integration.value_parity import compare_vectors, simulated_values
+
+    settings = live_run["settings"]
+    models, _ = load_models(settings, bundle)
+    offline = simulated_values(
+        live_run["events"](),
+        sim_config_from_settings(settings, models.fm.dim),
+        models,
+        settings.key_prefix,
+    )
+    live = live_run["values"]
+
+    # 1. The FM saw the same history for every pair (live: the verified topic).
+    assert live.histories.keys() == offline.histories.keys()
+    wrong = [k for k in offline.histories if live.histories[k] != offline.histories[k]]
+    assert not wrong, (
+        f"{len(wrong)} of {len(offline.histories)} pairs embedded with another history, e.g. "
+        f"{wrong[0]}: live {live.histories[wrong[0]]} vs simulator {offline.histories[wrong[0]]}"
+    )
+    assert sum(1 for h in offline.histories.values() if h[0]) > len(offline.histories) // 2
+
+    # 2. Every exact pair vector and 3. every user aggregate in Redis equals the simulator's.
+    # Lockstep feeds the FM one request's pairs per batch, as the simulator does, so the bytes
+    # are expected to be identical; a different ONNX batch composition could move float16
+    # roundings by one ulp, which the tolerance below allows and the assert message reports.
+    for name, got, want in (
+        ("pairs", live.pairs, offline.pairs),
+        ("aggregates", live.aggregates, offline.aggregates),
+    ):
+        diff = compare_vectors(got, want)
+        assert not diff.only_left and not diff.only_right, (
+            f"{name}: {len(diff.only_left)} only live, {len(diff.only_right)} only simulated"
+        )
+        assert not diff.header_mismatch, f"{name}: headers differ for {diff.header_mismatch[:3]}"
+        assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
+        assert len(want) > 10

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
 from schemas.codec import Codec
 from schemas.records import ImpressionEvent, RequestEvent
+from streams.kafka_clients import make_producer
 from streams.lag import NOTHING_COMMITTED, LagReader, PartitionLag
 from streams.replay import replay_events, replay_topic_range
 from streams.settings import Settings
@@ -40,7 +41,7 @@ def test_replay_keeps_event_time_and_user_keys(
 def test_replay_topic_time_range(test_settings: Settings, kafka_bootstrap: str) -> None:
     create_topics(test_settings, names=("requests", "scores"))
     src, dst = test_settings.topic("requests"), test_settings.topic("scores")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = make_producer(test_settings)
     for i in range(30):
         producer.produce(
             src,
@@ -80,7 +81,7 @@ def test_lag_counts_uncommitted_messages(
 ) -> None:
     create_topics(test_settings, names=("requests",))
     topic = test_settings.topic("requests")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = make_producer(test_settings)
     for i in range(10):
         producer.produce(topic, key=b"1", value=b"x", timestamp=T0 + i)
     producer.flush(10)

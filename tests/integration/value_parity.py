@@ -1,0 +1,172 @@
+"""What a live run and the simulator produced, as values, so the tests can compare them.
+
+The simulator side runs the real engine with two recording decorators: the store keeps the last
+bytes written per key (what Redis ends up holding), and the FM records the history each pair
+was embedded with. The live side reads the same things back from Kafka and Redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schemas.codec import Codec
+from schemas.limits import Limits
+from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
+from store.keys import KeyLayout
+from store.memory import InMemoryStore
+from store.values import decode_vector
+from streams.engine.embedder import EmbeddingModel
+from streams.engine.history import UserHistory
+from streams.settings import Settings
+from streams.simulate.simulator import SimModels, Simulator
+from tests.integration.live_harness import read_topic
+
+#: (user, item, request event time) -> (history items, labels, times)
+PairKey = tuple[int, int, int]
+History = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def history_tuple(h: UserHistory) -> History:
+    return (
+        tuple(int(x) for x in h.items),
+        tuple(int(x) for x in h.labels),
+        tuple(int(x) for x in h.times_ms),
+    )
+
+
+class RecordingStore(InMemoryStore):
+    """The simulator's in-memory store that also keeps the last value written per key."""
+
+    def __init__(self, layout: KeyLayout, clock_ms: Callable[[], int]) -> None:
+        super().__init__(layout, clock_ms)
+        self.written: dict[bytes, bytes] = {}
+
+    def _put(self, key: bytes, value: bytes, ttl_ms: int) -> None:
+        super()._put(key, value, ttl_ms)
+        self.written[key] = value
+
+
+@dataclass
+class RecordingFM:
+    """Delegates to the real FM and records the history each pair was embedded with."""
+
+    inner: EmbeddingModel
+    histories: dict[PairKey, History] = field(default_factory=dict)
+
+    @property
+    def model_version(self) -> str:
+        return self.inner.model_version
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        for u, i, t, h in zip(user_ids, item_ids, event_time_ms, histories, strict=True):
+            self.histories[(int(u), int(i), int(t))] = history_tuple(h)
+        return self.inner.embed(user_ids, item_ids, event_time_ms, histories)
+
+
+@dataclass(frozen=True)
+class Values:
+    """Histories of embedded pairs and the stored pair / aggregate values, by store key."""
+
+    histories: dict[PairKey, History]
+    pairs: dict[bytes, bytes]
+    aggregates: dict[bytes, bytes]
+
+
+def simulated_values(
+    events: Iterable[RequestEvent | ImpressionEvent],
+    config: object,
+    models: SimModels,
+    key_prefix: str,
+) -> Values:
+    """Run the simulator over ``events`` and return what it embedded and stored."""
+    fm = RecordingFM(models.fm)
+    sims: list[Simulator] = []
+    store = RecordingStore(KeyLayout(key_prefix), clock_ms=lambda: sims[0].now_ms)
+    sim = Simulator(config, dataclasses.replace(models, fm=fm), store)  # type: ignore[arg-type]
+    sims.append(sim)
+    sim.run(events)
+    return Values(
+        fm.histories,
+        {k: v for k, v in store.written.items() if b":p:" in k},
+        {k: v for k, v in store.written.items() if k.endswith(b":agg")},
+    )
+
+
+def live_values(settings: Settings) -> Values:
+    """The histories attached to the live ``verified`` topic and the values in Redis."""
+    import redis
+
+    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    histories: dict[PairKey, History] = {}
+    for _, value in read_topic(settings, settings.topic("verified")):
+        b = codec.decode(value, ProposalBatch)
+        h = (b.history_items, b.history_labels, b.history_times_ms)
+        hist = (tuple(h[0]), tuple(h[1]), tuple(h[2]))
+        for item in b.item_ids:
+            histories[(b.user_id, item, b.event_time_ms)] = hist
+    client = redis.Redis.from_url(settings.store_url)
+    try:
+        keys = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+        values = dict(zip(keys, client.mget(keys), strict=True)) if keys else {}
+    finally:
+        client.close()
+    return Values(
+        histories,
+        {k: v for k, v in values.items() if b":p:" in k and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
+    )
+
+
+@dataclass(frozen=True)
+class VectorDiff:
+    """How two key -> value maps differ: keys only on one side, and values that differ."""
+
+    only_left: list[bytes]
+    only_right: list[bytes]
+    equal_bytes: int
+    header_mismatch: list[bytes]
+    max_abs_delta: float
+
+
+def compare_vectors(left: dict[bytes, bytes], right: dict[bytes, bytes]) -> VectorDiff:
+    """Compare stored vector values key by key: headers (event time, version, count) must match;
+    vectors are compared as floats (max |delta| over all keys whose bytes differ)."""
+    common = sorted(left.keys() & right.keys())
+    equal = 0
+    bad_head: list[bytes] = []
+    delta = 0.0
+    for key in common:
+        if left[key] == right[key]:
+            equal += 1
+            continue
+        a, b = decode_vector(left[key]), decode_vector(right[key])
+        if (a.event_time_ms, a.version_tag, a.count, a.dim) != (
+            b.event_time_ms,
+            b.version_tag,
+            b.count,
+            b.dim,
+        ):
+            bad_head.append(key)
+            continue
+        delta = max(delta, float(np.max(np.abs(a.array() - b.array()))))
+    return VectorDiff(
+        sorted(left.keys() - right.keys()),
+        sorted(right.keys() - left.keys()),
+        equal,
+        bad_head,
+        delta,
+    )
