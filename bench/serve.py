@@ -42,6 +42,7 @@ from bench.common import (
     run_id,
 )
 from bench.serve_data import (
+    MODEL_VERSION,
     PROFILES,
     REQUEST_T,
     BenchUser,
@@ -213,7 +214,7 @@ def run_serve(
     try:
         started = time.perf_counter()
         users = populate(store, cfg.dim, cfg.users_per_profile, max(cfg.sizes), cfg.seed)
-        rcfg = reader_config(settings, cfg.dim)
+        rcfg = reader_config(settings, cfg.dim, MODEL_VERSION)  # gated, as the ranker reads
         recording = RecordingStore(store)
         reader = FeatureReader(as_feature_store(recording), rcfg)
         naive = NaiveReader(naive_client, layout, rcfg)

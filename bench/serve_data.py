@@ -193,6 +193,9 @@ class NaiveReader:
             return None
         if not (value.event_time_ms < t and t - value.event_time_ms <= ttl):
             return None
+        tag = self.config.version_tag
+        if tag is not None and value.version_tag != tag:
+            return None
         return value.array(), value.event_time_ms
 
     def lookup(self, user: int, items: Sequence[int], t: int) -> tuple[np.ndarray, np.ndarray]:

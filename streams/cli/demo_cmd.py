@@ -94,7 +94,9 @@ def demo(
                 models, _ = load_models(settings, bundle)
                 offline = simulate(
                     lambda: read_traffic(replayed),
-                    sim_config_from_settings(settings, models.fm.dim),
+                    sim_config_from_settings(
+                        settings, models.fm.dim, model_version=models.fm.model_version
+                    ),
                     models,
                     with_random=False,
                 )

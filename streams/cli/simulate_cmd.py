@@ -73,7 +73,7 @@ def simulate(
         meta = BundleMeta.read(bundle / "meta.json")
         bounds = meta.extra.get("split_boundaries_ms")
         config = sim_config_from_settings(
-            settings, models.fm.dim, int(bounds[3]) if bounds else None
+            settings, models.fm.dim, int(bounds[3]) if bounds else None, models.fm.model_version
         )
         if store == "redis":
             raise typer.BadParameter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from store.reader import ReaderConfig
+from store.values import version_tag
 from streams.engine.neighbours import NeighbourConfig
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
@@ -38,8 +39,13 @@ class SimConfig:
         return max(self.reader.aggregate_ttl_ms, self.reader.neighbour_aggregate_ttl_ms)
 
 
-def reader_config(settings: Settings, dim: int) -> ReaderConfig:
-    """The ranker's reader knobs from settings (one place, so live and offline agree)."""
+def reader_config(settings: Settings, dim: int, model_version: str | None) -> ReaderConfig:
+    """The ranker's reader knobs from settings (one place, so live and offline agree).
+
+    ``model_version`` is the served bundle's: the reader then rejects values of any other FM
+    (after an upgrade the old model's pairs, aggregates and neighbours' values would otherwise
+    be served until their TTLs ran out). None accepts any version (tools without a bundle).
+    """
     return ReaderConfig(
         dim=dim,
         pair_ttl_ms=settings.pair_ttl_ms,
@@ -48,13 +54,19 @@ def reader_config(settings: Settings, dim: int) -> ReaderConfig:
         neighbour_ttl_ms=settings.neighbour_ttl_ms,
         deadline_ms=settings.read_deadline_ms,
         max_neighbours=settings.neighbours_k,
+        version_tag=None if model_version is None else version_tag(model_version),
     )
 
 
 def sim_config_from_settings(
-    settings: Settings, dim: int, test_start_ms: int | None = None
+    settings: Settings,
+    dim: int,
+    test_start_ms: int | None = None,
+    model_version: str | None = None,
 ) -> SimConfig:
-    """The simulator configured exactly like the live pipeline of ``settings``."""
+    """The simulator configured exactly like the live pipeline of ``settings``; pass the
+    bundle's ``model_version`` so its reader is gated like the ranker's (see
+    :func:`reader_config`; :func:`streams.simulate.run.simulate` gates it from the FM if not)."""
     from streams.live.components import EngineConfig
 
     engine = EngineConfig.from_settings(settings)
@@ -62,7 +74,7 @@ def sim_config_from_settings(
         speculator=engine.speculator,
         verifier=engine.verifier,
         neighbours=engine.neighbours,
-        reader=reader_config(settings, dim),
+        reader=reader_config(settings, dim, model_version),
         history_len=settings.history_len,
         aggregate_window_ms=settings.aggregate_window_ms,
         test_start_ms=test_start_ms,

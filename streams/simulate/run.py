@@ -9,6 +9,8 @@ from typing import Any
 
 from schemas.records import ImpressionEvent, RequestEvent
 from store.protocol import FeatureStore
+from store.values import version_tag
+from streams.engine.embedder import EmbeddingModel
 from streams.engine.speculator import SpeculatorConfig
 from streams.simulate.baselines import ForesightScorer, NullFM, RandomScorer
 from streams.simulate.config import SimConfig
@@ -21,9 +23,29 @@ Progress = Callable[[str, int], None]
 
 
 def oracle_config(config: SimConfig) -> SimConfig:
-    """Every candidate of every earlier request embedded: no verifier, no budget, no dedupe."""
+    """Every candidate of every earlier request embedded: no verifier, no budget, no dedupe.
+    Ungated (see :func:`reference`): the oracle embeds with :class:`NullFM`."""
     spec = SpeculatorConfig(strategies=("candidates",), budget=0, refresh_after_ms=0)
-    return dataclasses.replace(config, speculator=spec, verify=False, test_start_ms=None)
+    return dataclasses.replace(reference(config), speculator=spec, verify=False, test_start_ms=None)
+
+
+def reference(config: SimConfig) -> SimConfig:
+    """``config`` with its reader's version gate removed, for reference runs that embed with
+    another model (:class:`NullFM`); :func:`gated` then gates it to that model."""
+    return dataclasses.replace(config, reader=dataclasses.replace(config.reader, version_tag=None))
+
+
+def gated(config: SimConfig, fm: EmbeddingModel) -> SimConfig:
+    """``config`` whose reader accepts exactly ``fm``'s values, as the ranker's accepts only its
+    bundle's. A config already gated to another version is a mistake (its reader would reject
+    every value the run writes), so it raises ``ValueError``."""
+    tag = version_tag(fm.model_version)
+    if config.reader.version_tag not in (None, tag):
+        raise ValueError(
+            f"reader is gated to version tag {config.reader.version_tag}, "
+            f"the FM is {fm.model_version!r} (tag {tag})"
+        )
+    return dataclasses.replace(config, reader=dataclasses.replace(config.reader, version_tag=tag))
 
 
 def _run(
@@ -34,7 +56,7 @@ def _run(
     progress: Progress | None,
     store: FeatureStore | None = None,
 ) -> Simulator:
-    sim = Simulator(config, models, store)
+    sim = Simulator(gated(config, models.fm), models, store)
     sim.run(events(), (lambda n: progress(name, n)) if progress else None)
     log.info("simulation run done", extra={"run": name, "requests": sim.requests})
     return sim
@@ -71,7 +93,7 @@ def simulate(
         # Baselines at the same budget: random scores and scores that know the future, ranked
         # as they are (never re-ranked by a prior).
         verifier = dataclasses.replace(config.verifier, rank_by="vm")
-        cfg = dataclasses.replace(config, test_start_ms=None, verifier=verifier)
+        cfg = dataclasses.replace(reference(config), test_start_ms=None, verifier=verifier)
         random = run_summary(
             _run(
                 "random",

@@ -18,7 +18,7 @@ from streams.engine.verifier import VerifierConfig
 from streams.simulate.baselines import NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import run_summary
-from streams.simulate.run import Events, foresight_scorer, oracle_config
+from streams.simulate.run import Events, foresight_scorer, gated, oracle_config, reference
 from streams.simulate.simulator import SimModels, Simulator
 
 FRACTIONS = (0.1, 0.25, 0.5)
@@ -26,7 +26,7 @@ TTLS_MS = (3_600_000, 4 * 3_600_000)
 
 
 def _point(events: Events, cfg: SimConfig, models: SimModels) -> dict[str, Any]:
-    sim = Simulator(cfg, models)
+    sim = Simulator(gated(cfg, models.fm), models)
     sim.run(events())
     s = run_summary(sim)
     return {
@@ -47,6 +47,7 @@ def sweep(
 ) -> dict[str, Any]:
     """Rows of (ttl, fraction, selector) -> coverage and FM pairs per request."""
     null = NullFM(base.reader.dim)
+    base = reference(base)  # every point embeds with NullFM; _point gates the reader to it
     rows: list[dict[str, Any]] = []
     oracles: dict[int, dict[str, Any]] = {}
     seer = foresight_scorer(events, max(ttls_ms))  # one pass over the traffic for every TTL
