@@ -4,11 +4,17 @@ State is bucketed (``bucket_ms``, default 1 h): per bucket the vector sum and co
 embedding lands in its bucket; buckets that end before ``newest - window`` are evicted by
 *event time* (not Faust's wall-clock window expiry, which would purge replayed traffic). The
 window is therefore exact to one bucket. State serialises to plain JSON for a Faust table.
+
+An aggregate never mixes FM versions: the state holds one version; an embedding of another
+version restarts the user's buckets for it (an FM upgrade, or a rollback), unless it is a *late*
+embedding of a version this state already left (at or before the newest event time folded under
+that version: a redelivery from before the switch), which is dropped and counted.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +23,10 @@ import numpy as np
 
 from schemas.records import PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
+
+log = logging.getLogger(__name__)
+#: versions a state remembers having left (an upgrade and a rollback or two)
+MAX_RETIRED = 4
 
 
 @dataclass(slots=True)
@@ -27,6 +37,23 @@ class AggregateState:
     newest_ms: int = 0
     #: (item_id, event_time_ms) already counted, so redelivered embeddings are not counted twice
     seen: set[tuple[int, int]] = field(default_factory=set)
+    #: model version of every embedding in ``buckets``; None = unknown (a new state, or one
+    #: written before versions were stored: the first embedding then restarts it)
+    version: str | None = None
+    #: versions this state left -> newest event time folded under each (late ones are dropped)
+    retired: dict[str, int] = field(default_factory=dict)
+
+    def restart(self, version: str) -> None:
+        """Empty the buckets and start over for ``version``, remembering the version left."""
+        if self.version is not None and self.version != version:
+            self.retired[self.version] = max(self.newest_ms, self.retired.get(self.version, 0))
+            for old in sorted(self.retired, key=self.retired.__getitem__)[:-MAX_RETIRED]:
+                del self.retired[old]
+        self.retired.pop(version, None)
+        self.buckets.clear()
+        self.seen.clear()
+        self.newest_ms = 0
+        self.version = version
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe form for a Faust table; sums travel as base64 float64 bytes (exact, and far
@@ -38,6 +65,8 @@ class AggregateState:
             },
             "n": self.newest_ms,
             "s": [list(x) for x in self.seen],
+            "v": self.version,
+            "r": self.retired,
         }
 
     @classmethod
@@ -51,6 +80,8 @@ class AggregateState:
             },
             int(data["n"]),
             {(int(i), int(t)) for i, t in data["s"]},
+            data.get("v"),  # absent in state written before versions were stored
+            {str(k): int(t) for k, t in data.get("r", {}).items()},
         )
 
 
@@ -62,6 +93,8 @@ class RollingAggregator:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
         self.bucket_ms = bucket_ms
+        #: embeddings dropped as late arrivals of a version their user's state already left
+        self.stale_dropped = 0
 
     def add(
         self, state: AggregateState, embeddings: Iterable[PairEmbedding]
@@ -69,6 +102,8 @@ class RollingAggregator:
         """Fold ``embeddings`` (all of one user) into ``state``; the new aggregate, or None."""
         last: PairEmbedding | None = None
         for emb in embeddings:
+            if emb.model_version != state.version and not self._switch(state, emb):
+                continue
             key = (emb.item_id, emb.event_time_ms)
             if key in state.seen:
                 continue
@@ -90,10 +125,33 @@ class RollingAggregator:
             state.newest_ms,
             self.window_ms,
             count,
-            last.model_version,
+            state.version or last.model_version,
             np.asarray(mean, np.float32),
             VectorDtype(last.dtype),
         )
+
+    def _switch(self, state: AggregateState, emb: PairEmbedding) -> bool:
+        """Restart ``state`` for ``emb``'s version; False (drop it) if it is a late embedding of
+        a version the state already left."""
+        left_at = state.retired.get(emb.model_version)
+        if left_at is not None and emb.event_time_ms <= left_at:
+            self.stale_dropped += 1
+            log.info(
+                "dropped a late embedding of a retired model version",
+                extra={
+                    "user_id": emb.user_id,
+                    "version": emb.model_version,
+                    "current": state.version,
+                },
+            )
+            return False
+        if state.version is not None or state.buckets:
+            log.info(
+                "model version changed: user aggregate restarted",
+                extra={"user_id": emb.user_id, "from": state.version, "to": emb.model_version},
+            )
+        state.restart(emb.model_version)
+        return True
 
     def _evict(self, state: AggregateState) -> None:
         # A bucket [start, start + bucket) is kept while it overlaps (newest - window, newest].

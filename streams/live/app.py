@@ -347,7 +347,10 @@ def create_app(
                 if rec is None:
                     continue
                 state = AggregateState.from_json(aggregates.get(rec.user_id))
+                stale = parts.aggregator.stale_dropped
                 agg = parts.aggregator.add(state, rec.pairs())
+                if parts.aggregator.stale_dropped > stale:
+                    metrics.STALE_EMBEDDINGS.inc(parts.aggregator.stale_dropped - stale)
                 if agg is not None:
                     # Store first, then state: a crash in between re-adds the same pairs and
                     # writes the same aggregate again (idempotent).

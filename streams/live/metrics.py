@@ -23,12 +23,20 @@ FM_LATENCY = Histogram(
 )
 STORE_ERRORS = Counter("solaris_store_errors_total", "Store errors (writes are retried).", ["op"])
 AGGREGATES = Counter("solaris_aggregates_written_total", "User aggregates written.")
+STALE_EMBEDDINGS = Counter(
+    "solaris_stale_version_embeddings_total",
+    "Late embeddings of a model version their user's aggregate already left (not aggregated).",
+)
 NEIGHBOUR_LISTS = Counter("solaris_neighbour_lists_written_total", "Neighbour lists written.")
 LOOKUPS = Counter("solaris_lookups_total", "Ranker lookups by tier.", ["tier"])
 READ_LATENCY = Histogram(
     "solaris_read_seconds",
     "FeatureReader.lookup latency per request.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
+)
+IGNORED_SNAPSHOTS = Gauge(
+    "solaris_ignored_knn_snapshots",
+    "KNN snapshots the ranker skipped at its last reload (another bundle's, or undecodable).",
 )
 READER_TIMEOUTS = Counter("solaris_reader_timeouts_total", "Lookups that hit the read deadline.")
 READER_STORE_ERRORS = Counter(
