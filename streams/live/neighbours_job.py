@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from store.values import version_tag
 from streams.engine.neighbours import RefreshClock, refresh
 from streams.live import metrics
 from streams.live.components import Components
@@ -36,6 +37,8 @@ class NeighbourRefresher:
             parts.config.neighbours.growth_factor,
         )
         self._restored = False
+        #: snapshots say which bundle's item vectors built them (the ranker skips foreign ones)
+        self.version_tag = version_tag(parts.models.fm.model_version)
 
     async def maybe_refresh(self, t: int, aggregates: Any, reps_table: Any) -> None:
         """Refresh when due at event time ``t`` (before the request at ``t`` is speculated)."""
@@ -60,7 +63,9 @@ class NeighbourRefresher:
         )
         await write_with_retry(
             "write_snapshot",
-            lambda: publish_snapshot(store, self.name, index, t, s.neighbour_ttl_ms),
+            lambda: publish_snapshot(
+                store, self.name, index, t, s.neighbour_ttl_ms, self.version_tag
+            ),
         )
         metrics.NEIGHBOUR_LISTS.inc(len(lists))
         log.info(

@@ -7,7 +7,9 @@ stats hash, and optionally the ``scores`` topic). Malformed requests are counted
 the pipeline's requests consumer owns dead-lettering that topic.
 
 Cold start: every ``snapshot_every_s`` it reloads the workers' KNN snapshots from the store and
-serves neighbours to users without a neighbour list from the request's own candidates.
+serves neighbours to users without a neighbour list from the request's own candidates. Snapshots
+of another bundle (model version tag or dim) or undecodable ones are skipped and counted
+(``ignored_snapshots``): a worker still on the old bundle must not crash or skew the ranker.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from store.tiers import TIER_NAMES
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
 from streams.engine.ranker import SolarisScorer, rank
 from streams.live import metrics
-from streams.live.knn_snapshot import decode_snapshot, merged_index
+from streams.live.knn_snapshot import decode_snapshot, merged_index, usable_snapshots
 from streams.live.stats import LiveStats
 from streams.settings import Settings
 from streams.simulate.coverage import CoverageCounter, SpeculationLedger
@@ -73,6 +75,8 @@ class RankerService:
         self._stop = threading.Event()
         self._last_snapshot = 0.0
         self._published_timeouts = self._published_errors = 0
+        #: snapshots skipped at the last reload (another bundle's, or undecodable)
+        self.ignored_snapshots = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,9 +180,20 @@ class RankerService:
                 snaps.append(decode_snapshot(blob))
             except StoreError:
                 continue
-        if snaps:
+        tag = self.reader.config.version_tag
+        mine, foreign = usable_snapshots(snaps, tag, self.items.dim)
+        ignored = len(raw) - len(mine)
+        if ignored and ignored != self.ignored_snapshots:
+            log.warning(
+                "ignoring KNN snapshots of another bundle or undecodable",
+                extra={"ignored": ignored, "foreign": foreign, "version_tag": tag},
+            )
+        self.ignored_snapshots = ignored
+        metrics.IGNORED_SNAPSHOTS.set(ignored)
+        if mine:
             reps = UserRepresentations(self.items)
-            index, _ = merged_index(snaps, reps, NeighbourConfig(k=self.settings.neighbours_k))
+            cfg = NeighbourConfig(k=self.settings.neighbours_k)
+            index, _ = merged_index(mine, reps, cfg, version_tag=tag)
             self.reader.cold_start = index
 
     def _publish(self) -> None:
@@ -191,6 +206,7 @@ class RankerService:
                 **counts,
                 "requests": self.requests,
                 "bad_requests": self.bad,
+                "ignored_snapshots": self.ignored_snapshots,
                 "served_distinct": self.speculation.served,
                 "timeouts": st.timeouts,
                 "store_errors": st.store_errors,
