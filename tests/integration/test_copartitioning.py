@@ -50,7 +50,8 @@ def test_workers_refuse_topics_with_different_partition_counts(
     test_settings: Settings, kafka_bootstrap: str
 ) -> None:
     settings = test_settings.model_copy(update={"topic_partitions": 4})
-    futures = admin_client(settings).create_topics(
+    admin = admin_client(settings)  # kept alive until the futures resolve
+    futures = admin.create_topics(
         [NewTopic(settings.topic("impressions"), 3, 1)], operation_timeout=30
     )
     for future in futures.values():
