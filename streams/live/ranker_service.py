@@ -32,6 +32,7 @@ from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
 from streams.engine.ranker import SolarisScorer, rank
+from streams.kafka_clients import make_producer
 from streams.live import metrics
 from streams.live.knn_snapshot import decode_snapshot, merged_index, usable_snapshots
 from streams.live.stats import LiveStats
@@ -92,11 +93,7 @@ class RankerService:
                 "auto.commit.interval.ms": 200,
             }
         )
-        producer = (
-            Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20})
-            if self.options.write_scores
-            else None
-        )
+        producer = make_producer(s, {"linger.ms": 20}) if self.options.write_scores else None
         consumer.subscribe([s.topic("requests")])
         idle_since = time.monotonic()
         try:
