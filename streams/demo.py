@@ -96,10 +96,20 @@ def summary_json(
     out["max_consumer_lag"] = max_lag
     out["replay"] = {"messages": replay.messages, "seconds": replay.seconds, "rate": replay.rate}
     if offline is not None:
-        out["offline"] = {
-            k: offline[k] for k in ("cumulative", "fm_pairs_per_request", "speculation_precision")
-        }
+        keys = ("cumulative", "fm_pairs_per_request", "speculation_precision")
+        keys += ("ne", "transfer_ratio_at_achieved", "eval_impressions")
+        out["offline"] = {k: offline[k] for k in keys if k in offline}
     return out
+
+
+def _live_quality(run: Settings, bundle: Path, report: Any) -> dict[str, Any]:
+    """Live NE / TR of what the ranker served (scores topic joined to impressions)."""
+    from streams.live.quality import live_quality
+    from streams.models_loader import load_models
+
+    report("live quality: joining the ranker's scores to impressions")
+    models, _ = load_models(run, bundle)
+    return live_quality(run, models.fm)
 
 
 def solaris_cmd() -> list[str]:
@@ -184,7 +194,7 @@ def run_demo(
             log_dir,
         )
         children.start("fm", [*cmd, "worker", "--agents", "embed"], env, log_dir)
-        children.start("ranker", [*cmd, "ranker", "--no-scores"], env, log_dir)
+        children.start("ranker", [*cmd, "ranker"], env, log_dir)  # scores: live quality
         groups = [f"{run.topic_prefix}-{g}" for g in ("pipeline", "fm", "ranker")]
         wait_for_groups(run, groups)
         children.check()
@@ -216,6 +226,7 @@ def run_demo(
     finally:
         children.stop()
     live = live_summary(run)
+    live["quality"] = _live_quality(run, bundle, report)
     out = summary_json(live, offline, sampler.max_lag, stats)
     out["lag_series"] = sampler.series
     out["mode"] = "lockstep" if speed == 0 else f"speed {speed:g}"

@@ -6,6 +6,7 @@ All SOLARIS topics are keyed by ``user_id`` so one user's events and state share
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -114,14 +115,17 @@ def partition_counts(
     return {name: len(existing[name].partitions) for name in names if name in existing}
 
 
-def check_copartitioned(settings: Settings, timeout_s: float = 30.0) -> dict[str, int]:
+def check_copartitioned(
+    settings: Settings, extra: tuple[str, ...] = (), timeout_s: float = 30.0
+) -> dict[str, int]:
     """Refuse to run on topics that would split a user's state across partition numbers.
 
     Every topic in :data:`CO_PARTITIONED` that exists must have exactly
     ``settings.topic_partitions`` partitions (Faust's tables and changelogs are created with that
-    count). Returns the counts seen; raises :class:`TopicLayoutError` naming every mismatch.
+    count), and so must the topics named in ``extra`` (full names, e.g. table changelogs).
+    Returns the counts seen; raises :class:`TopicLayoutError` naming every mismatch.
     """
-    names = tuple(settings.topic(n) for n in CO_PARTITIONED)
+    names = tuple(settings.topic(n) for n in CO_PARTITIONED) + extra
     counts = partition_counts(settings, names, timeout_s)
     wrong = {n: c for n, c in counts.items() if c != settings.topic_partitions}
     if wrong:
@@ -132,3 +136,46 @@ def check_copartitioned(settings: Settings, timeout_s: float = 30.0) -> dict[str
             "recreate the topics with one partition count (or set SOLARIS_TOPIC_PARTITIONS to it)."
         )
     return counts
+
+
+def create_changelog_topics(settings: Settings, names: list[str], timeout_s: float = 30.0) -> None:
+    """Create Faust table changelog topics (compacted, ``topic_partitions`` each) before the
+    worker starts, so they are in the cluster metadata when Faust checks their partitions: left
+    to Faust, a topic created milliseconds before that check was reported "not found" and the
+    requests agent crashed with ``PartitionsMismatch`` (0 partitions) until the worker restarted.
+    Idempotent; existing topics are left as they are (and checked by :func:`check_copartitioned`).
+    """
+    admin = admin_client(settings)
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot list topics at {settings.kafka_bootstrap}: {exc}") from exc
+    todo = [
+        NewTopic(
+            name,
+            settings.topic_partitions,
+            settings.topic_replication,
+            config={"cleanup.policy": "compact"},
+        )
+        for name in names
+        if name not in existing
+    ]
+    if not todo:
+        return
+    for name, future in admin.create_topics(todo, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaUnavailable(f"creating {name} failed: {exc}") from exc
+    _wait_in_metadata(admin, [t.topic for t in todo], timeout_s)
+
+
+def _wait_in_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(n in topics and topics[n].partitions for n in names):
+            return
+        time.sleep(0.1)
+    raise KafkaUnavailable(f"topics {names} not in the cluster metadata after {timeout_s:.0f} s")

@@ -95,7 +95,10 @@ def demo(
                 offline = simulate(
                     lambda: read_traffic(replayed),
                     sim_config_from_settings(
-                        settings, models.fm.dim, model_version=models.fm.model_version
+                        settings,
+                        models.fm.dim,
+                        test_start_ms=_first_request_ms(replayed),  # NE on every impression
+                        model_version=models.fm.model_version,
                     ),
                     models,
                     with_random=False,
@@ -115,6 +118,13 @@ def demo(
             f"{c['with_aggregate']:.3f}, +neighbours {c['with_neighbours']:.3f}, "
             f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
         )
+        if "ne" in offline:
+            ne = offline["ne"]
+            console.print(
+                f"offline simulator, same impressions: NE vm {ne['vm']['ne']:.4f}, vm_solaris "
+                f"as served {ne['vm_solaris_achieved']['ne']:.4f}, fm {ne['fm']['ne']:.4f}, "
+                f"transfer ratio {offline['transfer_ratio_at_achieved']:.3f}"
+            )
     console.print(f"demo ({summary['mode']}) finished in {summary['wall_seconds']:.0f} s")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,3 +133,10 @@ def demo(
 
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
+
+
+def _first_request_ms(traffic: Path) -> int:
+    from models.data.traffic import load_requests
+
+    times = load_requests(traffic).event_time_ms
+    return int(times.min()) if len(times) else 0

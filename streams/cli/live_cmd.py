@@ -39,12 +39,11 @@ def worker(
     import faust
     from prometheus_client import start_http_server
 
-    from streams.errors import TopicLayoutError
     from streams.live.app import ROLES, create_app
     from streams.live.components import Components
     from streams.models_loader import load_models
     from streams.stores import store_from_settings
-    from streams.topics import check_copartitioned, create_topics
+    from streams.topics import create_changelog_topics, create_topics
 
     settings = Settings()
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
@@ -52,19 +51,30 @@ def worker(
         console.print("[red]run 'embed' alone (its own group) or with every role ('all')[/red]")
         raise typer.Exit(2)
     create_topics(settings)
-    try:
-        check_copartitioned(settings)
-    except TopicLayoutError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
+    _refuse_unless_copartitioned(settings)  # fail fast, before loading models
     models, path = load_models(settings, bundle)
     store = store_from_settings(settings)
     parts = Components(settings, models, store)
     app = create_app(settings, roles, parts, web_port)
+    changelogs = tuple(t.changelog_topic.get_topic_name() for t in app.tables.values())
+    create_changelog_topics(settings, list(changelogs))
+    _refuse_unless_copartitioned(settings, changelogs)
     if metrics_port:
         start_http_server(metrics_port)
     console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+
+
+def _refuse_unless_copartitioned(settings: Settings, extra: tuple[str, ...] = ()) -> None:
+    """Exit 2 with the reason when the topics a worker co-reads differ in partition count."""
+    from streams.errors import TopicLayoutError
+    from streams.topics import check_copartitioned
+
+    try:
+        check_copartitioned(settings, extra)
+    except TopicLayoutError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
 
 
 def ranker(
@@ -96,7 +106,7 @@ def ranker(
     options = RankerOptions(
         group or f"{settings.topic_prefix}-ranker", not no_scores, exit_when_idle_s=exit_when_idle
     )
-    service = RankerService(settings, reader, models.solaris, models.items, options)
+    service = RankerService(settings, reader, models.solaris, models.items, options, models.vm)
     if metrics_port:
         start_http_server(metrics_port)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
@@ -225,13 +235,34 @@ def lag(
 
 def coverage(
     watch: Annotated[float | None, typer.Option("--watch", help="Refresh every N seconds.")] = None,
+    quality: Annotated[
+        bool,
+        typer.Option(
+            "--quality/--no-quality",
+            help="Also join the ranker's scores topic to impressions: live NE and transfer ratio "
+            "(reads both topics and runs the FM offline; seconds per 10k impressions).",
+        ),
+    ] = False,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="FM bundle for --quality (default: settings).")
+    ] = None,
 ) -> None:
     """The live coverage table (from the ranker's and workers' shared counters)."""
-    from streams.live.report import coverage_table
+    from streams.live.report import coverage_table, live_summary
 
     settings = Settings()
+    fm = None
+    if quality:
+        from streams.models_loader import load_models
+
+        fm = load_models(settings, bundle)[0].fm
     while True:
-        console.print(coverage_table(settings))
+        summary = live_summary(settings)
+        if fm is not None:
+            from streams.live.quality import live_quality
+
+            summary["quality"] = live_quality(settings, fm)
+        console.print(coverage_table(settings, summary))
         if watch is None:
             return
         time.sleep(watch)

@@ -45,3 +45,14 @@ READER_STORE_ERRORS = Counter(
 SPECULATION_PRECISION = Gauge(
     "solaris_speculation_precision", "Distinct embedded pairs served exact / pairs embedded."
 )
+LIVE_NE = Gauge(
+    "solaris_live_ne",
+    "Running NE of the ranker's scores over the impressions joined to them (model: vm, "
+    "vm_solaris_served).",
+    ["model"],
+)
+LIVE_QUALITY_IMPRESSIONS = Counter(
+    "solaris_live_quality_impressions_total",
+    "Impressions the ranker consumed, by whether they joined a ranked request's scores.",
+    ["joined"],
+)

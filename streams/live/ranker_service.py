@@ -26,15 +26,17 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from schemas.codec import Codec
 from schemas.errors import SchemaError
 from schemas.limits import Limits
-from schemas.records import RequestEvent
+from schemas.records import ImpressionEvent, RequestEvent
 from store.errors import StoreError
 from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
 from streams.engine.ranker import SolarisScorer, rank
+from streams.engine.verifier import PairScorer
 from streams.kafka_clients import make_producer
 from streams.live import metrics
 from streams.live.knn_snapshot import decode_snapshot, merged_index, usable_snapshots
+from streams.live.quality import QualityMeter
 from streams.live.stats import LiveStats
 from streams.settings import Settings
 from streams.simulate.coverage import CoverageCounter, SpeculationLedger
@@ -60,10 +62,14 @@ class RankerService:
         scorer: SolarisScorer | None,
         items: ItemVectors | None,
         options: RankerOptions,
+        vm: PairScorer | None = None,
     ) -> None:
         self.settings = settings
         self.reader = reader
         self.scorer = scorer
+        #: the plain VM, scored on the same candidates so live NE of both can be compared
+        self.vm = vm
+        self.quality = QualityMeter()
         self.items = items
         self.options = options
         self.codec = Codec(Limits(max_candidates=settings.max_candidates))
@@ -94,7 +100,8 @@ class RankerService:
             }
         )
         producer = make_producer(s, {"linger.ms": 20}) if self.options.write_scores else None
-        consumer.subscribe([s.topic("requests")])
+        # Impressions too: joined to the scores served, they give the live NE (QualityMeter).
+        consumer.subscribe([s.topic("requests"), s.topic("impressions")])
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -113,6 +120,9 @@ class RankerService:
                         log.warning("consumer error", extra={"error": str(msg.error())})
                     continue
                 idle_since = time.monotonic()
+                if msg.topic() == s.topic("impressions"):
+                    self._on_impression(msg.value())
+                    continue
                 self._handle(msg.value(), producer)
                 if producer is not None:
                     producer.poll(0)
@@ -132,6 +142,8 @@ class RankerService:
             return
         self._maybe_reload_snapshots()
         result = rank(request, self.reader, self.scorer)
+        vm_scores = self._vm_scores(request, result.item_ids)
+        self.quality.on_scored(request.request_id, result.item_ids, result.scores, vm_scores)
         self.requests += 1
         self.read_ms.append(result.read_ms)
         self.coverage.add(result.tiers)
@@ -148,7 +160,8 @@ class RankerService:
                 "user_id": request.user_id,
                 "event_time_ms": request.event_time_ms,
                 "items": result.item_ids.tolist(),
-                "scores": [round(float(x), 6) for x in result.scores],
+                "scores": result.scores.tolist(),
+                "vm_scores": vm_scores.tolist(),
                 "tiers": result.tiers.tolist(),
             }
             producer.produce(
@@ -159,6 +172,29 @@ class RankerService:
             )
         if self.requests % self.options.stats_every == 0:
             self._publish()
+
+    def _on_impression(self, value: bytes | None) -> None:
+        try:
+            imp = self.codec.decode(value, ImpressionEvent)
+        except SchemaError:
+            return  # the pipeline's history consumer dead-letters it
+        joined = self.quality.on_impression(imp)
+        metrics.LIVE_QUALITY_IMPRESSIONS.labels(str(joined).lower()).inc()
+        ne = self.quality.ne() if joined else None
+        if ne is not None:
+            for model, value_ in ne.items():
+                metrics.LIVE_NE.labels(model).set(value_)
+
+    def _vm_scores(self, request: RequestEvent, items: np.ndarray) -> np.ndarray:
+        """The plain VM on the request's candidates (empty without a VM)."""
+        if self.vm is None or not len(items):
+            return np.zeros(0, np.float32)
+        n = len(items)
+        return self.vm.score(
+            np.full(n, request.user_id, np.int64),
+            items,
+            np.full(n, request.event_time_ms, np.int64),
+        )
 
     def _maybe_reload_snapshots(self) -> None:
         if (
@@ -209,6 +245,9 @@ class RankerService:
                 "store_errors": st.store_errors,
                 "read_ms_p50": float(np.percentile(self.read_ms, 50)) if self.read_ms else 0.0,
                 "read_ms_p99": float(np.percentile(self.read_ms, 99)) if self.read_ms else 0.0,
+                "quality_joined": self.quality.joined,
+                "quality_unjoined": self.quality.unjoined,
+                **{f"live_ne_{k}": v for k, v in (self.quality.ne() or {}).items()},
             }
         )
         metrics.READER_TIMEOUTS.inc(st.timeouts - self._published_timeouts)

@@ -40,6 +40,10 @@ def live_summary(settings: Settings) -> dict[str, Any]:
         "read_ms": {"p50": rk.get("read_ms_p50", 0.0), "p99": rk.get("read_ms_p99", 0.0)},
         "reader_timeouts": int(rk.get("timeouts", 0.0)),
         "reader_store_errors": int(rk.get("store_errors", 0.0)),
+        # running NE in the ranker (impressions joined as they arrive; see QualityMeter)
+        "running_ne": {
+            k.removeprefix("live_ne_"): v for k, v in rk.items() if k.startswith("live_ne_")
+        },
     }
 
 
@@ -67,4 +71,25 @@ def coverage_table(
     )
     if max_lag is not None:
         table.add_row("max consumer lag", str(max_lag))
+    for name, value in quality_rows(s.get("quality")):
+        table.add_row(name, value)
     return table
+
+
+def quality_rows(quality: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Table rows of a live-quality summary (:mod:`streams.live.quality`)."""
+    if not quality:
+        return []
+    if "ne" not in quality:
+        return [("live quality", quality.get("note", "not measured"))]
+    ne = quality["ne"]
+    lo, hi = quality["transfer_ratio_ci"]
+    return [
+        ("live NE vm / vm_solaris served", f"{ne['vm']:.4f} / {ne['vm_solaris_served']:.4f}"),
+        ("NE fm (fresh history, offline)", f"{ne['fm']:.4f}"),
+        (
+            "live transfer ratio (95 % CI)",
+            f"{quality['transfer_ratio']:.3f} ({lo:.3f} … {hi:.3f}), "
+            f"{quality['impressions']:,} impressions",
+        ),
+    ]

@@ -80,7 +80,9 @@ def test_workers_refuse_topics_with_different_partition_counts(
     assert "not co-partitioned" in out and "impressions has 3" in out
 
 
-def test_co_partitioned_topics_pass_the_check(test_settings: Settings, kafka_bootstrap: str) -> None:
+def test_co_partitioned_topics_pass_the_check(
+    test_settings: Settings, kafka_bootstrap: str
+) -> None:
     settings = test_settings.model_copy(update={"topic_partitions": 4})
     create_topics(settings)
     counts = check_copartitioned(settings)

@@ -1,0 +1,121 @@
+"""Live quality: joining served scores to impressions, NE and the live transfer ratio."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from models.metrics import normalized_entropy
+from schemas.records import ImpressionEvent
+from streams.live.quality import JoinedRows, ServedScores, join, quality_summary
+
+T0 = 1_704_067_200_000
+
+
+def scored(user: int, t: int, items: list[int], served: list[float]) -> ServedScores:
+    body = {
+        "request_id": "x",
+        "user_id": user,
+        "event_time_ms": t,
+        "items": items,
+        "scores": served,
+        "vm_scores": [0.5] * len(items),
+        "tiers": [0] * len(items),
+    }
+    return ServedScores.from_json(json.loads(json.dumps(body)))
+
+
+def test_join_matches_request_and_item_and_cuts_history_before_the_request() -> None:
+    scores = {"r2": scored(7, T0 + 1000, [10, 11, 12], [0.1, 0.2, 0.3])}
+    imps = [
+        ImpressionEvent("r1", 7, 5, T0, 0, 1),  # earlier request: history, not scored
+        ImpressionEvent("r2", 7, 11, T0 + 1000, 1, 1),
+        ImpressionEvent("r2", 7, 99, T0 + 1000, 2, 0),  # not a candidate
+        ImpressionEvent("r2", 7, 12, T0 + 1000, 3, 0),
+    ]
+    rows = join(scores, imps, history_len=4)
+    assert rows.unjoined == 2
+    assert rows.items.tolist() == [11, 12]
+    assert rows.labels.tolist() == [1, 0]
+    assert rows.served.tolist() == pytest.approx([0.2, 0.3])
+    assert rows.times.tolist() == [T0 + 1000, T0 + 1000]
+    # only what was known strictly before the request: the impression at T0, not r2's own
+    assert [h.items.tolist() for h in rows.histories] == [[5], [5]]
+
+
+def test_served_scores_survive_json_exactly() -> None:
+    value = float(np.float32(0.123456789))
+    s = scored(1, T0, [3], [value])
+    assert s.served[0] == np.float32(value)
+
+
+def rows_of(y: np.ndarray, vm: np.ndarray, served: np.ndarray, users: np.ndarray) -> JoinedRows:
+    n = len(y)
+    return JoinedRows(
+        users, np.arange(n), np.full(n, T0), y, served, vm, np.zeros(n, np.uint8), [], 0
+    )
+
+
+def test_quality_summary_transfer_ratio_and_interval() -> None:
+    rng = np.random.default_rng(0)
+    n = 4000
+    truth = rng.uniform(0.05, 0.6, n)
+    y = (rng.uniform(size=n) < truth).astype(np.int8)
+    vm = np.full(n, y.mean(), np.float32)  # knows only the base rate
+    fm = truth.astype(np.float32)  # knows everything
+    served = (0.5 * vm + 0.5 * fm).astype(np.float32)  # in between
+    users = rng.integers(0, 200, n)
+    out = quality_summary(rows_of(y, vm, served, users), fm, replicates=200)
+    ne_vm, ne_s, ne_fm = (normalized_entropy(y, p) for p in (vm, served, fm))
+    assert out["ne"]["vm"] == pytest.approx(ne_vm)
+    assert out["transfer_ratio"] == pytest.approx((ne_vm - ne_s) / (ne_vm - ne_fm))
+    assert 0.3 < out["transfer_ratio"] < 1.0
+    lo, hi = out["transfer_ratio_ci"]
+    assert lo < out["transfer_ratio"] < hi
+
+
+def test_quality_summary_refuses_too_few_or_one_class() -> None:
+    y = np.ones(100, np.int8)
+    p = np.full(100, 0.5, np.float32)
+    out = quality_summary(rows_of(y, p, p, np.arange(100)), p)
+    assert "ne" not in out and "both classes" in out["note"]
+
+
+def test_quality_meter_equals_batch_ne_and_counts_unjoined() -> None:
+    from streams.live.quality import QualityMeter
+
+    rng = np.random.default_rng(1)
+    meter = QualityMeter(max_pending=3)
+    labels, served, vm = [], [], []
+    for r in range(5):
+        s = rng.uniform(0.05, 0.95, 4).astype(np.float32)
+        v = rng.uniform(0.05, 0.95, 4).astype(np.float32)
+        meter.on_scored(f"r{r}", np.arange(4) + 10, s, v)
+        for j in (0, 2):
+            y = int(rng.integers(0, 2)) if r else j // 2
+            assert meter.on_impression(ImpressionEvent(f"r{r}", 1, 10 + j, T0, j, y))
+            labels.append(y)
+            served.append(s[j])
+            vm.append(v[j])
+    assert not meter.on_impression(ImpressionEvent("r4", 1, 99, T0, 0, 1))  # not a candidate
+    # An impression before its request waits for it; the oldest waiting are dropped past max.
+    assert not meter.on_impression(ImpressionEvent("late", 1, 10, T0, 0, 1))
+    assert meter.waiting == 1
+    meter.on_scored("late", np.array([10]), np.array([0.9], np.float32), np.array([0.5]))
+    assert meter.waiting == 0 and meter.joined == 11
+    labels.append(1)
+    served.append(np.float32(0.9))
+    vm.append(0.5)
+    for k in range(4):
+        meter.on_impression(ImpressionEvent(f"never{k}", 1, 10, T0, 0, 1))
+    assert meter.waiting == 3
+    assert meter.unjoined == 2 and meter.joined == 11
+    ne = meter.ne()
+    assert ne is not None
+    y = np.asarray(labels)
+    assert ne["vm"] == pytest.approx(normalized_entropy(y, np.asarray(vm)), rel=1e-5)
+    assert ne["vm_solaris_served"] == pytest.approx(
+        normalized_entropy(y, np.asarray(served)), rel=1e-5
+    )
