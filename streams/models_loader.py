@@ -24,6 +24,9 @@ class BundleItemVectors:
             self.ids = z["ids"].astype(np.int64)
             self.table = z["vectors"].astype(np.float32)
         self.dim = int(self.table.shape[1])
+        self.mean = (
+            self.table.mean(axis=0) if len(self.table) else np.zeros(self.dim, np.float32)
+        ).astype(np.float32)
 
     def lookup(self, item_ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(item_ids, np.int64)

@@ -101,6 +101,15 @@ class Settings(BaseSettings):
         ),
     )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
+    neighbour_min_similarity: float = Field(
+        0.0,
+        ge=-1.0,
+        lt=1.0,
+        description=(
+            "Cosine similarity a neighbour must exceed to serve in the neighbour tier (neighbour "
+            "lists and the ranker's cold-start queries)."
+        ),
+    )
     neighbour_interval_ms: int = Field(
         10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."
     )

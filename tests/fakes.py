@@ -70,6 +70,7 @@ class FakeSolaris:
 class FakeItems:
     def __init__(self, dim: int = 8) -> None:
         self.dim = dim
+        self.mean = np.zeros(dim, np.float32)  # hashed vectors are already centred
 
     def lookup(self, item_ids: np.ndarray) -> np.ndarray:
         return _hash_vectors(item_ids, self.dim, 5)

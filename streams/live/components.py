@@ -44,6 +44,7 @@ class EngineConfig:
             ),
             NeighbourConfig(
                 k=settings.neighbours_k,
+                min_similarity=settings.neighbour_min_similarity,
                 interval_ms=settings.neighbour_interval_ms,
                 growth_factor=settings.neighbour_growth_factor,
             ),

@@ -225,7 +225,10 @@ class RankerService:
         metrics.IGNORED_SNAPSHOTS.set(ignored)
         if mine:
             reps = UserRepresentations(self.items)
-            cfg = NeighbourConfig(k=self.settings.neighbours_k)
+            cfg = NeighbourConfig(
+                k=self.settings.neighbours_k,
+                min_similarity=self.settings.neighbour_min_similarity,
+            )
             index, _ = merged_index(mine, reps, cfg, version_tag=tag)
             self.reader.cold_start = index
 
