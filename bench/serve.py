@@ -55,8 +55,8 @@ from store.keys import KeyLayout
 from store.reader import FeatureReader
 from store.redis_store import RedisStore
 from store.tiers import TIER_NAMES
+from streams.engine.config import reader_config
 from streams.settings import Settings
-from streams.simulate.config import reader_config
 
 TARGETS = {
     "p99_reader_over_floor_500": Target(1.5, upper=True),

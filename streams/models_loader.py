@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from streams.engine.models import EngineModels
 from streams.errors import StreamsError
 from streams.settings import Settings
-from streams.simulate.simulator import SimModels
 
 log = logging.getLogger(__name__)
 ITEM_VECTORS = "item_vectors.npz"
@@ -45,7 +45,7 @@ def newest_bundle(model_dir: Path) -> Path:
     return bundles[-1]
 
 
-def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[SimModels, Path]:
+def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[EngineModels, Path]:
     """The bundle's FM, VM, vm_solaris and item vectors (``settings.bundle_dir`` or newest)."""
     from models.bundle import load_bundle
 
@@ -64,4 +64,4 @@ def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[Sim
             "provider": bundle.fm.session.provider,
         },
     )
-    return SimModels(bundle.fm, bundle.vm, bundle.solaris, items), path
+    return EngineModels(bundle.fm, bundle.vm, bundle.solaris, items), path

@@ -94,9 +94,9 @@ def ranker(
     from prometheus_client import start_http_server
 
     from store.reader import FeatureReader
+    from streams.engine.config import reader_config
     from streams.live.ranker_service import RankerOptions, RankerService
     from streams.models_loader import load_models
-    from streams.simulate.config import reader_config
     from streams.stores import store_from_settings
 
     settings = Settings()

@@ -3,58 +3,27 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from schemas.codec import Codec
 from schemas.limits import Limits
 from store.protocol import FeatureStore
 from streams.engine.aggregator import RollingAggregator
+from streams.engine.config import EngineConfig
 from streams.engine.embedder import Embedder
 from streams.engine.lookahead import Lookahead
-from streams.engine.neighbours import NeighbourConfig, UserRepresentations
+from streams.engine.models import EngineModels
+from streams.engine.neighbours import UserRepresentations
 from streams.engine.recurrence import RecurrencePrior
-from streams.engine.speculator import Speculator, SpeculatorConfig
-from streams.engine.verifier import Verifier, VerifierConfig
+from streams.engine.speculator import Speculator
+from streams.engine.verifier import Verifier
 from streams.live.stats import LiveStats
 from streams.settings import Settings
-from streams.simulate.simulator import SimModels
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """Engine knobs shared by the live pipeline and the simulator (parity needs the same ones)."""
-
-    speculator: SpeculatorConfig
-    verifier: VerifierConfig
-    neighbours: NeighbourConfig
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> EngineConfig:
-        return cls(
-            SpeculatorConfig(
-                strategies=tuple(settings.speculation_strategies.split(",")),
-                budget=settings.speculation_budget,
-                refresh_after_ms=settings.refresh_after_ms,
-            ),
-            VerifierConfig(
-                threshold=settings.verifier_threshold,
-                top_k=settings.verifier_top_k,
-                top_fraction=settings.verifier_top_fraction,
-                rank_by=settings.verifier_rank_by,
-            ),
-            NeighbourConfig(
-                k=settings.neighbours_k,
-                min_similarity=settings.neighbour_min_similarity,
-                interval_ms=settings.neighbour_interval_ms,
-                growth_factor=settings.neighbour_growth_factor,
-            ),
-        )
 
 
 class Components:
     """Per-process engine state that is not in Faust tables (models, counters, local stats)."""
 
-    def __init__(self, settings: Settings, models: SimModels, store: FeatureStore) -> None:
+    def __init__(self, settings: Settings, models: EngineModels, store: FeatureStore) -> None:
         cfg = EngineConfig.from_settings(settings)
         self.settings = settings
         self.config = cfg

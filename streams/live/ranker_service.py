@@ -30,6 +30,7 @@ from schemas.records import ImpressionEvent, RequestEvent
 from store.errors import StoreError
 from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
+from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
 from streams.engine.ranker import SolarisScorer, rank
 from streams.engine.verifier import PairScorer
@@ -39,7 +40,6 @@ from streams.live.knn_snapshot import decode_snapshot, merged_index, usable_snap
 from streams.live.quality import QualityMeter
 from streams.live.stats import LiveStats
 from streams.settings import Settings
-from streams.simulate.coverage import CoverageCounter, SpeculationLedger
 
 log = logging.getLogger(__name__)
 

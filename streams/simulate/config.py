@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from store.reader import ReaderConfig
-from store.values import version_tag
+from streams.engine.config import EngineConfig, reader_config
 from streams.engine.neighbours import NeighbourConfig
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
@@ -39,25 +39,6 @@ class SimConfig:
         return max(self.reader.aggregate_ttl_ms, self.reader.neighbour_aggregate_ttl_ms)
 
 
-def reader_config(settings: Settings, dim: int, model_version: str | None) -> ReaderConfig:
-    """The ranker's reader knobs from settings (one place, so live and offline agree).
-
-    ``model_version`` is the served bundle's: the reader then rejects values of any other FM
-    (after an upgrade the old model's pairs, aggregates and neighbours' values would otherwise
-    be served until their TTLs ran out). None accepts any version (tools without a bundle).
-    """
-    return ReaderConfig(
-        dim=dim,
-        pair_ttl_ms=settings.pair_ttl_ms,
-        aggregate_ttl_ms=settings.aggregate_ttl_ms,
-        neighbour_aggregate_ttl_ms=settings.neighbour_aggregate_ttl_ms,
-        neighbour_ttl_ms=settings.neighbour_ttl_ms,
-        deadline_ms=settings.read_deadline_ms,
-        max_neighbours=settings.neighbours_k,
-        version_tag=None if model_version is None else version_tag(model_version),
-    )
-
-
 def sim_config_from_settings(
     settings: Settings,
     dim: int,
@@ -67,8 +48,6 @@ def sim_config_from_settings(
     """The simulator configured exactly like the live pipeline of ``settings``; pass the
     bundle's ``model_version`` so its reader is gated like the ranker's (see
     :func:`reader_config`; :func:`streams.simulate.run.simulate` gates it from the FM if not)."""
-    from streams.live.components import EngineConfig
-
     engine = EngineConfig.from_settings(settings)
     return SimConfig(
         speculator=engine.speculator,

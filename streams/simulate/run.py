@@ -11,11 +11,12 @@ from schemas.records import ImpressionEvent, RequestEvent
 from store.protocol import FeatureStore
 from store.values import version_tag
 from streams.engine.embedder import EmbeddingModel
+from streams.engine.models import EngineModels
 from streams.engine.speculator import SpeculatorConfig
 from streams.simulate.baselines import ForesightScorer, NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import combine, run_summary
-from streams.simulate.simulator import SimModels, Simulator
+from streams.simulate.simulator import Simulator
 
 log = logging.getLogger(__name__)
 Events = Callable[[], Iterable[RequestEvent | ImpressionEvent]]
@@ -52,7 +53,7 @@ def _run(
     name: str,
     events: Events,
     config: SimConfig,
-    models: SimModels,
+    models: EngineModels,
     progress: Progress | None,
     store: FeatureStore | None = None,
 ) -> Simulator:
@@ -73,7 +74,7 @@ def foresight_scorer(events: Events, horizon_ms: int) -> ForesightScorer:
 def simulate(
     events: Events,
     config: SimConfig,
-    models: SimModels,
+    models: EngineModels,
     *,
     with_random: bool = True,
     progress: Progress | None = None,
@@ -86,7 +87,7 @@ def simulate(
     achieved = _run("speculative", events, config, models, progress, store)
     null = NullFM(config.reader.dim)
     oracle = _run(
-        "oracle", events, oracle_config(config), SimModels(null, items=models.items), progress
+        "oracle", events, oracle_config(config), EngineModels(null, items=models.items), progress
     )
     random = foresight = None
     if with_random and config.verify and models.vm is not None:
@@ -99,13 +100,13 @@ def simulate(
                 "random",
                 events,
                 cfg,
-                SimModels(null, RandomScorer(7), items=models.items),
+                EngineModels(null, RandomScorer(7), items=models.items),
                 progress,
             )
         )
         seer = foresight_scorer(events, config.pair_ttl_ms)
         foresight = run_summary(
-            _run("foresight", events, cfg, SimModels(null, seer, items=models.items), progress)
+            _run("foresight", events, cfg, EngineModels(null, seer, items=models.items), progress)
         )
     candidates = oracle.coverage.total / max(oracle.requests, 1)
     report = combine(run_summary(achieved), run_summary(oracle), candidates, random, foresight)

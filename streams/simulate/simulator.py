@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,37 +20,28 @@ from store.memory import InMemoryStore
 from store.protocol import FeatureStore
 from store.reader import FeatureReader
 from streams.engine.aggregator import AggregateState, RollingAggregator
-from streams.engine.embedder import Embedder, EmbeddingModel
+from streams.engine.coverage import CoverageCounter, SpeculationLedger
+from streams.engine.embedder import Embedder
 from streams.engine.history import HistoryBook
 from streams.engine.ledger import record
 from streams.engine.lookahead import Lookahead
-from streams.engine.neighbours import ItemVectors, RefreshClock, UserRepresentations, refresh
-from streams.engine.ranker import SolarisScorer, rank
+from streams.engine.models import EngineModels
+from streams.engine.neighbours import RefreshClock, UserRepresentations, refresh
+from streams.engine.ranker import rank
 from streams.engine.recurrence import RecurrencePrior
 from streams.engine.speculator import Speculator
-from streams.engine.verifier import PairScorer, Verifier
+from streams.engine.verifier import Verifier
 from streams.simulate.config import SimConfig
-from streams.simulate.coverage import CoverageCounter, SpeculationLedger
 from streams.simulate.evaluation import EvalRows
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SimModels:
-    """The models a run needs; ``vm``/``solaris``/``items`` may be None (then that step is off)."""
-
-    fm: EmbeddingModel
-    vm: PairScorer | None = None
-    solaris: SolarisScorer | None = None
-    items: ItemVectors | None = None
 
 
 class Simulator:
     """Feed events with :meth:`run`; read results from the counters or :meth:`summary`."""
 
     def __init__(
-        self, config: SimConfig, models: SimModels, store: FeatureStore | None = None
+        self, config: SimConfig, models: EngineModels, store: FeatureStore | None = None
     ) -> None:
         self.config = config
         self.models = models

@@ -14,18 +14,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from streams.engine.models import EngineModels
 from streams.engine.verifier import VerifierConfig
 from streams.simulate.baselines import NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import run_summary
 from streams.simulate.run import Events, foresight_scorer, gated, oracle_config, reference
-from streams.simulate.simulator import SimModels, Simulator
+from streams.simulate.simulator import Simulator
 
 FRACTIONS = (0.1, 0.25, 0.5)
 TTLS_MS = (3_600_000, 4 * 3_600_000)
 
 
-def _point(events: Events, cfg: SimConfig, models: SimModels) -> dict[str, Any]:
+def _point(events: Events, cfg: SimConfig, models: EngineModels) -> dict[str, Any]:
     sim = Simulator(gated(cfg, models.fm), models)
     sim.run(events())
     s = run_summary(sim)
@@ -40,7 +41,7 @@ def _point(events: Events, cfg: SimConfig, models: SimModels) -> dict[str, Any]:
 def sweep(
     events: Events,
     base: SimConfig,
-    models: SimModels,
+    models: EngineModels,
     fractions: Sequence[float] = FRACTIONS,
     ttls_ms: Sequence[int] = TTLS_MS,
     progress: Callable[[str], None] | None = None,
@@ -54,7 +55,9 @@ def sweep(
     for ttl in ttls_ms:
         reader = dataclasses.replace(base.reader, pair_ttl_ms=ttl)
         cfg_ttl = dataclasses.replace(base, reader=reader, test_start_ms=None)
-        oracles[ttl] = _point(events, oracle_config(cfg_ttl), SimModels(null, items=models.items))
+        oracles[ttl] = _point(
+            events, oracle_config(cfg_ttl), EngineModels(null, items=models.items)
+        )
         rank_by = base.verifier.rank_by
         selectors = [("speculative", models.vm, rank_by)]
         if rank_by != "vm":
@@ -67,7 +70,7 @@ def sweep(
                 cfg = dataclasses.replace(cfg_ttl, verifier=verifier)
                 if progress is not None:
                     progress(f"ttl {ttl // 60_000} min, budget {frac:.2f}, {selector}")
-                point = _point(events, cfg, SimModels(null, scorer, items=models.items))
+                point = _point(events, cfg, EngineModels(null, scorer, items=models.items))
                 point.update(ttl_ms=ttl, budget_fraction=frac, selector=selector)
                 point["efficiency"] = point["cumulative"]["exact"] / max(
                     oracles[ttl]["cumulative"]["exact"], 1e-12

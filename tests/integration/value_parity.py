@@ -21,8 +21,9 @@ from store.memory import InMemoryStore
 from store.values import decode_vector
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import UserHistory
+from streams.engine.models import EngineModels
 from streams.settings import Settings
-from streams.simulate.simulator import SimModels, Simulator
+from streams.simulate.simulator import Simulator
 from tests.integration.live_harness import read_topic
 
 #: (user, item, request event time) -> (history items, labels, times)
@@ -89,7 +90,7 @@ class Values:
 def simulated_values(
     events: Iterable[RequestEvent | ImpressionEvent],
     config: object,
-    models: SimModels,
+    models: EngineModels,
     key_prefix: str,
 ) -> Values:
     """Run the simulator over ``events`` and return what it embedded and stored."""

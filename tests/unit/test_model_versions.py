@@ -25,6 +25,8 @@ from store.reader import FeatureReader, ReaderConfig
 from store.tiers import Tier
 from store.values import version_tag
 from streams.engine.aggregator import AggregateState, RollingAggregator
+from streams.engine.config import reader_config
+from streams.engine.models import EngineModels
 from streams.engine.neighbours import NeighbourConfig, NeighbourIndex, UserRepresentations
 from streams.live.knn_snapshot import (
     decode_snapshot,
@@ -33,9 +35,8 @@ from streams.live.knn_snapshot import (
     publish_snapshot,
 )
 from streams.settings import Settings
-from streams.simulate.config import SimConfig, reader_config, sim_config_from_settings
+from streams.simulate.config import SimConfig, sim_config_from_settings
 from streams.simulate.run import simulate
-from streams.simulate.simulator import SimModels
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
 T0 = 1_700_000_000_000
@@ -107,7 +108,7 @@ def _poisoned_store(events: list[RequestEvent | ImpressionEvent]) -> InMemorySto
 
 
 def test_simulator_reads_only_its_fm_version(events: list[RequestEvent | ImpressionEvent]) -> None:
-    models = SimModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
+    models = EngineModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
     cfg = SimConfig(reader=ReaderConfig(dim=DIM))
 
     def run(store: InMemoryStore) -> dict[str, float]:
@@ -234,7 +235,7 @@ def test_snapshot_publisher_tags_its_bundle_version() -> None:
     from streams.live.neighbours_job import NeighbourRefresher
 
     store = InMemoryStore(clock_ms=lambda: T0)
-    parts = Components(Settings(), SimModels(FakeFM(DIM), items=FakeItems(DIM)), store)
+    parts = Components(Settings(), EngineModels(FakeFM(DIM), items=FakeItems(DIM)), store)
     assert parts.reps is not None
     for u in (1, 2, 3):
         parts.reps.set(u, vec(float(u)), T0)

@@ -11,11 +11,12 @@ from models.data.synthetic import SyntheticConfig, generate
 from schemas.records import ImpressionEvent, RequestEvent
 from store.reader import ReaderConfig
 from store.tiers import Tier
+from streams.engine.models import EngineModels
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
 from streams.simulate.config import SimConfig
 from streams.simulate.run import simulate
-from streams.simulate.simulator import SimModels, Simulator
+from streams.simulate.simulator import Simulator
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
 DIM = 8
@@ -29,8 +30,8 @@ def events() -> list[RequestEvent | ImpressionEvent]:
     return list(iter_events(traffic.requests, traffic.impressions))
 
 
-def models() -> SimModels:
-    return SimModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
+def models() -> EngineModels:
+    return EngineModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
 
 
 def config(**kw: object) -> SimConfig:

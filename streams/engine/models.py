@@ -1,0 +1,20 @@
+"""The models one engine needs, behind their Protocols (ONNX runners in production)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams.engine.embedder import EmbeddingModel
+from streams.engine.neighbours import ItemVectors
+from streams.engine.ranker import SolarisScorer
+from streams.engine.verifier import PairScorer
+
+
+@dataclass(frozen=True, slots=True)
+class EngineModels:
+    """The models a run needs; ``vm``/``solaris``/``items`` may be None (then that step is off)."""
+
+    fm: EmbeddingModel
+    vm: PairScorer | None = None
+    solaris: SolarisScorer | None = None
+    items: ItemVectors | None = None
