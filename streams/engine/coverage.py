@@ -37,10 +37,20 @@ class CoverageCounter:
 
 @dataclass(slots=True)
 class SpeculationLedger:
-    """Embedded pairs and which of them were served as exact before expiry (precision)."""
+    """Embedded pairs and which of them were served as exact before expiry (precision).
+
+    Bounded for a long-running ranker: every ``prune_every`` calls, embeddings older than
+    ``horizon_ms`` before the newest request (they can no longer be served as exact: the pair
+    TTL is shorter) leave the set and are only counted.
+    """
 
     embedded: int = 0
+    #: at least the pair TTL; twice the default 4 h TTL leaves room for out-of-order requests
+    horizon_ms: int = 8 * 3_600_000
+    prune_every: int = 4096
     _served: set[tuple[int, int, int]] = field(default_factory=set)
+    _retired: int = 0
+    _calls: int = 0
 
     def on_embedded(self, n: int) -> None:
         self.embedded += n
@@ -56,12 +66,18 @@ class SpeculationLedger:
         exact = tiers == Tier.EXACT
         for item, age in zip(item_ids[exact].tolist(), ages_ms[exact].tolist(), strict=True):
             self._served.add((user_id, item, event_time_ms - age))
+        self._calls += 1
+        if self._calls % self.prune_every == 0:
+            cutoff = event_time_ms - self.horizon_ms
+            old = {key for key in self._served if key[2] < cutoff}
+            self._retired += len(old)
+            self._served -= old
 
     @property
     def served(self) -> int:
         """Distinct embeddings (user, item, event time) served as exact at least once."""
-        return len(self._served)
+        return len(self._served) + self._retired
 
     @property
     def precision(self) -> float:
-        return len(self._served) / self.embedded if self.embedded else 0.0
+        return self.served / self.embedded if self.embedded else 0.0

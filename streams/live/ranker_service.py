@@ -6,10 +6,12 @@ Consumes ``requests`` (its own consumer group), and per request: one ``FeatureRe
 stats hash, and optionally the ``scores`` topic). Malformed requests are counted and skipped:
 the pipeline's requests consumer owns dead-lettering that topic.
 
-Cold start: every ``snapshot_every_s`` it reloads the workers' KNN snapshots from the store and
-serves neighbours to users without a neighbour list from the request's own candidates. Snapshots
-of another bundle (model version tag or dim) or undecodable ones are skipped and counted
-(``ignored_snapshots``): a worker still on the old bundle must not crash or skew the ranker.
+Cold start: a background thread (:class:`~streams.live.snapshot_loader.SnapshotLoader`) polls
+the workers' KNN snapshots every ``snapshot_every_s`` and rebuilds the cold-start index only when
+they changed, off the request path; users without a neighbour list get neighbours from the
+request's own candidates. Snapshots of another bundle (model version tag or dim) or undecodable
+ones are skipped and counted (``ignored_snapshots``): a worker still on the old bundle must not
+crash or skew the ranker. Per-request state is bounded (latency window, pending scores).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,21 +30,22 @@ from schemas.codec import Codec
 from schemas.errors import SchemaError
 from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
-from store.errors import StoreError
 from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
-from streams.engine.neighbours import ItemVectors, NeighbourConfig, UserRepresentations
+from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
 from streams.engine.ranker import SolarisScorer, rank
 from streams.engine.verifier import PairScorer
 from streams.kafka_clients import make_producer
 from streams.live import metrics
-from streams.live.knn_snapshot import decode_snapshot, merged_index, usable_snapshots
 from streams.live.quality import QualityMeter
+from streams.live.snapshot_loader import SnapshotLoader
 from streams.live.stats import LiveStats
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+#: read latencies kept for the p50/p99 the ranker publishes
+READ_MS_WINDOW = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +78,29 @@ class RankerService:
         self.options = options
         self.codec = Codec(Limits(max_candidates=settings.max_candidates))
         self.coverage = CoverageCounter()
-        self.speculation = SpeculationLedger()
-        self.read_ms: list[float] = []
+        self.speculation = SpeculationLedger(horizon_ms=2 * settings.pair_ttl_ms)
+        #: read latencies of the newest requests (bounded: a ranker runs for weeks)
+        self.read_ms: deque[float] = deque(maxlen=READ_MS_WINDOW)
         self.requests = 0
         self.bad = 0
         self.stats = LiveStats(settings, "ranker")
         self._stop = threading.Event()
-        self._last_snapshot = 0.0
         self._published_timeouts = self._published_errors = 0
         #: snapshots skipped at the last reload (another bundle's, or undecodable)
-        self.ignored_snapshots = 0
+        self.snapshots = (
+            SnapshotLoader(
+                reader.store,
+                items,
+                NeighbourConfig(
+                    k=settings.neighbours_k, min_similarity=settings.neighbour_min_similarity
+                ),
+                reader.config.version_tag,
+                self._install_cold_start,
+                options.snapshot_every_s,
+            )
+            if items is not None
+            else None
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -103,6 +120,8 @@ class RankerService:
         # Impressions too: joined to the scores served, they give the live NE (QualityMeter).
         consumer.subscribe([s.topic("requests"), s.topic("impressions")])
         idle_since = time.monotonic()
+        if self.snapshots is not None:
+            self.snapshots.start()
         try:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)
@@ -113,7 +132,6 @@ class RankerService:
                         and time.monotonic() - idle_since > self.options.exit_when_idle_s
                     ):
                         break
-                    self._maybe_reload_snapshots()
                     continue
                 if msg.error():
                     if msg.error().code() != KafkaError._PARTITION_EOF:
@@ -127,6 +145,8 @@ class RankerService:
                 if producer is not None:
                     producer.poll(0)
         finally:
+            if self.snapshots is not None:
+                self.snapshots.stop()
             self._publish()
             consumer.close()
             if producer is not None:
@@ -140,7 +160,6 @@ class RankerService:
             self.bad += 1
             log.warning("skipping malformed request", extra={"reason": exc.reason})
             return
-        self._maybe_reload_snapshots()
         result = rank(request, self.reader, self.scorer)
         vm_scores = self._vm_scores(request, result.item_ids)
         self.quality.on_scored(request.request_id, result.item_ids, result.scores, vm_scores)
@@ -196,43 +215,16 @@ class RankerService:
             np.full(n, request.event_time_ms, np.int64),
         )
 
-    def _maybe_reload_snapshots(self) -> None:
-        if (
-            self.items is None
-            or time.monotonic() - self._last_snapshot < self.options.snapshot_every_s
-        ):
-            return
-        self._last_snapshot = time.monotonic()
-        try:
-            raw = self.reader.store.read_snapshots()
-        except StoreError:
-            return
-        snaps = []
-        for blob in raw.values():
-            try:
-                snaps.append(decode_snapshot(blob))
-            except StoreError:
-                continue
-        tag = self.reader.config.version_tag
-        mine, foreign = usable_snapshots(snaps, tag, self.items.dim)
-        ignored = len(raw) - len(mine)
-        if ignored and ignored != self.ignored_snapshots:
-            log.warning(
-                "ignoring KNN snapshots of another bundle or undecodable",
-                extra={"ignored": ignored, "foreign": foreign, "version_tag": tag},
-            )
-        self.ignored_snapshots = ignored
-        metrics.IGNORED_SNAPSHOTS.set(ignored)
-        if mine:
-            reps = UserRepresentations(self.items)
-            cfg = NeighbourConfig(
-                k=self.settings.neighbours_k,
-                min_similarity=self.settings.neighbour_min_similarity,
-            )
-            index, _ = merged_index(mine, reps, cfg, version_tag=tag)
-            self.reader.cold_start = index
+    @property
+    def ignored_snapshots(self) -> int:
+        """KNN snapshots skipped at the last reload (another bundle's, or undecodable)."""
+        return self.snapshots.ignored if self.snapshots is not None else 0
+
+    def _install_cold_start(self, index: NeighbourIndex) -> None:
+        self.reader.cold_start = index  # one assignment: lookups see the old or the new index
 
     def _publish(self) -> None:
+        metrics.IGNORED_SNAPSHOTS.set(self.ignored_snapshots)
         st = self.reader.stats
         counts = dict(
             zip((f"lookups_{n}" for n in TIER_NAMES), self.coverage.counts.tolist(), strict=True)

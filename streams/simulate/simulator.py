@@ -74,7 +74,7 @@ class Simulator:
         self.requests = 0
         self.coverage = CoverageCounter()
         self.labelled = CoverageCounter()
-        self.speculation = SpeculationLedger()
+        self.speculation = SpeculationLedger(horizon_ms=2 * config.pair_ttl_ms)
         self.eval = EvalRows(config.reader.dim) if config.test_start_ms is not None else None
         self.read_ms: list[float] = []
         self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}

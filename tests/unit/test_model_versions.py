@@ -224,7 +224,7 @@ def test_ranker_ignores_foreign_snapshots() -> None:
     reader = FeatureReader(store, ReaderConfig(dim=DIM, version_tag=tag))
     options = RankerOptions("g", write_scores=False, snapshot_every_s=0.0)
     service = RankerService(Settings(), reader, None, FakeItems(DIM), options)
-    service._maybe_reload_snapshots()
+    assert service.snapshots is not None and service.snapshots.poll()
     cold = reader.cold_start
     assert isinstance(cold, NeighbourIndex) and cold.user_ids.tolist() == [1, 2]
     assert service.ignored_snapshots == 3
