@@ -20,6 +20,7 @@ from models.evaluate import evaluate_runs
 from models.experiment import Impressions, SeedRun, run_seed
 from models.export import OPSET, export_fm, export_vm
 from models.runtime import TIER_NAMES
+from models.served import ServedTierSource
 from models.train import Report
 
 log = logging.getLogger(__name__)
@@ -46,24 +47,38 @@ def load_traffic_impressions(traffic_path: Path) -> tuple[Impressions, dict[str,
     return Impressions.from_columns(traffic.impressions), dict(traffic.metadata)
 
 
-def train_all(imps: Impressions, cfg: TrainConfig, report: Report | None = None) -> list[SeedRun]:
+def train_all(
+    imps: Impressions,
+    cfg: TrainConfig,
+    report: Report | None = None,
+    served: ServedTierSource | None = None,
+) -> list[SeedRun]:
     """One ``SeedRun`` per seed; seed 0 tunes the VM grid, later seeds reuse its choices."""
     runs: list[SeedRun] = []
     tuned = None
     for seed in range(cfg.seeds):
-        run = run_seed(imps, cfg, seed, tuned, report)
+        run = run_seed(imps, cfg, seed, tuned, report, served)
         tuned = run.tuned
         runs.append(run)
     return runs
 
 
 def build_bundle(
-    traffic_path: Path, cfg: TrainConfig, out_dir: Path, key: str, report: Report | None = None
+    traffic_path: Path,
+    cfg: TrainConfig,
+    out_dir: Path,
+    key: str,
+    report: Report | None = None,
+    served: ServedTierSource | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate and export into ``out_dir``; returns the evaluation report."""
+    """Train, evaluate and export into ``out_dir``; returns the evaluation report.
+
+    With ``served`` the shipped ``vm_solaris`` is the one trained on what the serving engine
+    reads (``vm_solaris_engine``); without, the one trained on the offline tier construction.
+    """
     imps, traffic_meta = load_traffic_impressions(traffic_path)
     dataset = str(traffic_meta.get("dataset", "unknown"))
-    runs = train_all(imps, cfg, report)
+    runs = train_all(imps, cfg, report, served)
     evaluation = json_safe(evaluate_runs(dataset, imps, runs, cfg))
     traffic_meta["traffic_sha256"] = file_digest(traffic_path)
     write_bundle(runs, evaluation, cfg, out_dir, key, traffic_meta)
@@ -90,7 +105,9 @@ def write_bundle(
     }
     export_fm(run.fm, cfg.history_len, out_dir / "fm.onnx", props)
     export_vm(run.vms["vm"], "vm", out_dir / "vm.onnx", props)
-    export_vm(run.vms["vm_solaris"], "vm_solaris", out_dir / "vm_solaris.onnx", props)
+    engine_trained = "vm_solaris_engine" in run.vms
+    shipped = run.vms["vm_solaris_engine" if engine_trained else "vm_solaris"]
+    export_vm(shipped, "vm_solaris", out_dir / "vm_solaris.onnx", props)
     # Item vectors for the neighbour tier's user representation: the FM's item embedding table
     # (rows 0/1 are padding/OOV), aligned with the sorted FM item vocabulary.
     np.savez(
@@ -111,6 +128,10 @@ def write_bundle(
         "dataset": dataset,
         "serving_lag_ms": cfg.serving_lag_ms,
         "tiers": list(TIER_NAMES),
+        # what the shipped vm_solaris learned from: the serving engine's reads, or the offline
+        # construction (models.offline_tiers)
+        "vm_solaris_trained_on": "engine" if engine_trained else "offline",
+        "engine_coverage": run.engine_coverage,
         "opset": OPSET,
         "code_version": CODE_VERSION,
         "traffic_sha256": traffic_meta.get("traffic_sha256"),

@@ -35,6 +35,7 @@ from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.errors import BundleError
 from models.features import Vocab
 from models.runtime import FMRunner, OnnxSession, SolarisRunner, VMRunner
+from models.served import ServedTierSource
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,10 @@ def load_bundle(
     return ModelBundle(root, meta, fm, vm, solaris)
 
 
-def bundle_key(traffic_path: Path | str, cfg: TrainConfig) -> str:
-    """Cache key: hash of the traffic bytes, the config and ``CODE_VERSION``."""
-    text = f"{file_digest(traffic_path)}:{cfg.fingerprint()}:{CODE_VERSION}"
+def bundle_key(traffic_path: Path | str, cfg: TrainConfig, served_key: str = "") -> str:
+    """Cache key: hash of the traffic bytes, the config, ``CODE_VERSION`` and (engine-built
+    training) the served knobs the engine ran with."""
+    text = f"{file_digest(traffic_path)}:{cfg.fingerprint()}:{CODE_VERSION}:{served_key}"
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -126,6 +128,7 @@ def ensure_bundle(
     cfg: TrainConfig,
     cache_root: Path | str,
     report: Callable[[str], None] | None = None,
+    served: ServedTierSource | None = None,
 ) -> Path:
     """The bundle directory for (traffic, cfg), training it first when not cached.
 
@@ -133,7 +136,7 @@ def ensure_bundle(
     Blocks for the whole training when it has to train (minutes on 2 cores).
     """
     root = Path(cache_root)
-    key = bundle_key(traffic_path, cfg)
+    key = bundle_key(traffic_path, cfg, served.cache_key if served is not None else "")
     final = root / f"bundle-{key}"
     if all((final / f).is_file() for f in FILES):
         log.info("using cached bundle %s", final)
@@ -143,7 +146,7 @@ def ensure_bundle(
 
     tmp = Path(tempfile.mkdtemp(prefix=f".bundle-{key}-", dir=root))
     try:
-        build_bundle(Path(traffic_path), cfg, tmp, key, report)
+        build_bundle(Path(traffic_path), cfg, tmp, key, report, served)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -40,6 +40,10 @@ TR_MODELS: dict[str, str] = {
     "solaris_served": "vm_solaris_served@{lag}",
     "score_tiers": "vm_score_tiers@{lag}",
     "score_served": "vm_score_tiers_served@{lag}",
+    # with a ServedTierSource: the VM trained and evaluated on what the serving engine read
+    "solaris_engine": "vm_solaris_engine",
+    "solaris_engine_missing": "vm_solaris_engine_missing",
+    "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
 }
 LAGGED_TR = (
     "solaris",

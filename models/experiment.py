@@ -27,6 +27,7 @@ from models.config import GridPoint, TrainConfig, lag_name
 from models.features import HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_window_mean
+from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
 from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
 from models.train_vm import FMHead, VariantSpec, VMData, predict_vm, sample_tiers, tune_vm
@@ -40,6 +41,8 @@ VM_FM_LOGIT = VariantSpec("vm_fm_logit", fm_logit=True)
 VM_SOLARIS = VariantSpec("vm_solaris", embedding=True)
 VM_SOLARIS_KD = VariantSpec("vm_solaris_kd", embedding=True, kd=True)
 VM_SCORE_TIERS = VariantSpec("vm_score_tiers", embedding=True)
+#: vm_solaris trained on the tiers and vectors the serving engine actually read (ServedTierSource)
+VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
 
@@ -90,6 +93,8 @@ class SeedRun:
     vms: dict[str, VerticalModel]
     seconds: dict[str, float] = field(default_factory=dict)
     aggregate_share: dict[str, float] = field(default_factory=dict)
+    #: tier shares the serving engine produced over B ∪ C (engine-built training only)
+    engine_coverage: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,12 @@ def run_seed(
     seed: int,
     tuned: dict[str, GridPoint] | None = None,
     report: Report | None = None,
+    engine_tiers: ServedTierSource | None = None,
 ) -> SeedRun:
-    """Train the FM and all VM variants for one seed; predict on the test period."""
+    """Train the FM and all VM variants for one seed; predict on the test period.
+
+    With ``engine_tiers``, ``vm_solaris_engine`` is also trained on the tiers and vectors the serving
+    engine read for each B row, and evaluated on what it read for each C row."""
     say = report or (lambda msg: log.info("%s", msg))
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -166,13 +175,17 @@ def run_seed(
     vms: dict[str, VerticalModel] = {}
 
     def fit(
-        spec: VariantSpec, key: str, data: VMData, fm_head: FMHead | None = None
+        spec: VariantSpec,
+        key: str,
+        data: VMData,
+        fm_head: FMHead | None = None,
+        family_key: str | None = None,
     ) -> VerticalModel:
         t0 = time.perf_counter()
         # A lagged variant reuses the learning rate / weight decay / id dropout its Δ = 0
         # sibling won on the grid (same model, same data, older inputs) and re-picks only
         # the epoch count: the grid costs 8 fits, this 1.
-        family = tuned.get(key.split("@")[0] + "@0")
+        family = tuned.get(family_key or key.split("@")[0] + "@0")
         candidates = [replace(family, epochs=0)] if family is not None else None
         model, gp = tune_vm(
             spec,
@@ -242,6 +255,42 @@ def run_seed(
         probs[f"vm_score_tiers_served@{name}"] = predict_vm(m, VM_SCORE_TIERS, s_test, served)
     if "vm_solaris" not in vms:
         raise ValueError(f"serving_lag_ms {cfg.serving_lag_ms} is not in lags_ms {cfg.lags_ms}")
+    engine_coverage: dict[str, float] = {}
+    if engine_tiers is not None:
+        trained = TrainedModels(
+            fm, fm_vocab, vms["vm"], user_vocab, item_vocab, cfg.history_len, cfg.embedding_dim
+        )
+        t0 = time.perf_counter()
+        got = engine_tiers(trained, split, RowKeys(bc.user, bc.item, bc.time_ms, bc.label))
+        say(
+            f"seed {seed}: serving engine replayed in {time.perf_counter() - t0:.1f}s "
+            f"({int((~got.found).sum())} of {len(bc)} rows unranked), tiers {got.coverage}"
+        )
+        engine_coverage = got.coverage
+        view = views[cfg.serving_lag_ms]
+        data = VMData(
+            base.user,
+            base.item,
+            base.context,
+            base.label,
+            view.logit,
+            teacher,
+            view.tiers,
+            view.available,
+            got.tier.astype(np.int64),
+            got.vector.astype(np.float32),
+        )
+        m = fit(VM_SOLARIS_ENGINE, "vm_solaris_engine", data, family_key="vm_solaris@0")
+        vms["vm_solaris_engine"] = m
+        test = data.take(np.arange(len(bc))[sl_te])
+        probs["vm_solaris_engine"] = predict_vm(m, VM_SOLARIS_ENGINE, test, None)
+        probs["vm_solaris_engine_missing"] = predict_vm(
+            m, VM_SOLARIS_ENGINE, test, np.full(n_test, 3, np.int64)
+        )
+        # the offline-trained vm_solaris fed what the engine serves: the old construction
+        probs["vm_solaris_offline_on_engine"] = predict_vm(
+            vms["vm_solaris"], VM_SOLARIS, test, None
+        )
     seconds["total"] = time.perf_counter() - clock
     return SeedRun(
         seed,
@@ -255,4 +304,5 @@ def run_seed(
         vms,
         seconds,
         aggregate_share,
+        engine_coverage,
     )

@@ -59,6 +59,10 @@ class VMData:
     teacher_logit: np.ndarray | None = None  # float32 [N] (FM at Δ = 0, for KD)
     tier_embeddings: np.ndarray | None = None  # float32 [N, 3, d]: exact, aggregate, neighbours
     tier_available: np.ndarray | None = None  # bool [N, 3]
+    #: what the serving engine read for each row (tier int64 [N], vector float32 [N, d]): when
+    #: set, embedding variants learn from these instead of tiers sampled from the offline views
+    served_tier: np.ndarray | None = None
+    served_embedding: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> VMData:
         def sub(a: np.ndarray | None) -> np.ndarray | None:
@@ -73,6 +77,8 @@ class VMData:
             sub(self.teacher_logit),
             sub(self.tier_embeddings),
             sub(self.tier_available),
+            sub(self.served_tier),
+            sub(self.served_embedding),
         )
 
     def __len__(self) -> int:
@@ -112,11 +118,25 @@ def vm_tensors(spec: VariantSpec, data: VMData, tier: np.ndarray | None) -> dict
             raise ValueError(f"{spec.name} needs fm_logit")
         out["fm_logit"] = torch.from_numpy(data.fm_logit)
     if spec.embedding:
+        if tier is None and data.served_tier is not None and data.served_embedding is not None:
+            out["embedding"] = torch.from_numpy(data.served_embedding.astype(np.float32))
+            out["tier"] = torch.from_numpy(data.served_tier.astype(np.int64))
+            return out
         if tier is None:
-            raise ValueError(f"{spec.name} needs tiers")
+            raise ValueError(f"{spec.name} needs tiers (or served tiers)")
         out["embedding"] = torch.from_numpy(select_tier(data, tier))
         out["tier"] = torch.from_numpy(tier)
     return out
+
+
+def _training_tiers(
+    spec: VariantSpec, data: VMData, rng: np.random.Generator, cfg: TrainConfig
+) -> np.ndarray | None:
+    """Tiers of one epoch: None = the served tiers (engine-built rows) or no embedding input;
+    else a draw from the offline views at ``cfg.tier_rates``."""
+    if not spec.embedding or data.served_tier is not None or data.tier_available is None:
+        return None
+    return sample_tiers(rng, data.tier_available, cfg.tier_rates)
 
 
 def build_vm(
@@ -191,21 +211,18 @@ def fit_vm(
         if train.teacher_logit is None:
             raise ValueError(f"{spec.name} needs teacher logits")
         teacher = torch.sigmoid(torch.from_numpy(train.teacher_logit) / cfg.kd_temperature)
-    valid_tier = None
-    if valid is not None and spec.embedding and valid.tier_available is not None:
-        valid_tier = sample_tiers(
-            np.random.default_rng(seed + 2), valid.tier_available, cfg.tier_rates
-        )
+    valid_tier = (
+        _training_tiers(spec, valid, np.random.default_rng(seed + 2), cfg)
+        if valid is not None
+        else None
+    )
     n_epochs = cfg.vm_epochs if valid is not None else max(gp.epochs, 1)
     best, best_epoch, best_state, bad = float("inf"), 1, copy.deepcopy(model.state_dict()), 0
     loss_fn = bce()
     t_sq = cfg.kd_temperature**2
     for epoch in range(n_epochs):
         model.train()
-        tier = None
-        if spec.embedding and train.tier_available is not None:
-            tier = sample_tiers(rng, train.tier_available, cfg.tier_rates)
-        inputs = vm_tensors(spec, train, tier)
+        inputs = vm_tensors(spec, train, _training_tiers(spec, train, rng, cfg))
         exact_inputs = None
         if spec.embedding and cfg.vm_exact_weight > 0:
             exact_inputs = vm_tensors(spec, train, np.zeros(len(train), np.int64))
@@ -315,4 +332,6 @@ def _concat(a: VMData, b: VMData) -> VMData:
         cat(a.teacher_logit, b.teacher_logit),
         cat(a.tier_embeddings, b.tier_embeddings),
         cat(a.tier_available, b.tier_available),
+        cat(a.served_tier, b.served_tier),
+        cat(a.served_embedding, b.served_embedding),
     )

@@ -101,6 +101,13 @@ class Settings(BaseSettings):
         ),
     )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
+    train_on_engine_tiers: bool = Field(
+        True,
+        description=(
+            "Train the shipped vm_solaris on the tiers and vectors the serving engine reads "
+            "(replaying the traffic through it per seed); false = the offline construction."
+        ),
+    )
     neighbour_min_similarity: float = Field(
         0.0,
         ge=-1.0,

@@ -51,6 +51,7 @@ def demo(
     from streams import infra
     from streams.demo import run_demo, slice_traffic
     from streams.live.report import coverage_table
+    from streams.simulate.served_tiers import served_source
 
     settings = Settings()
     started_here: list[str] = []
@@ -78,6 +79,7 @@ def demo(
                 TrainConfig.from_settings(settings, seeds=1),
                 settings.model_dir,
                 lambda msg: status.update(f"training: {msg}"),
+                served_source(path, settings),
             )
         console.log(f"models: {bundle}")
         replayed = slice_traffic(

@@ -20,6 +20,7 @@ console = Console()
 def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
     from models.bundle import ensure_bundle
     from models.config import TrainConfig
+    from streams.simulate.served_tiers import served_source
 
     if settings.bundle_dir is not None:
         return settings.bundle_dir
@@ -29,6 +30,7 @@ def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
         TrainConfig.from_settings(settings),
         settings.model_dir,
         lambda msg: progress.update(task, description=msg),
+        served_source(traffic, settings),
     )
     progress.remove_task(task)
     return path

@@ -131,7 +131,11 @@ def _train(
                 if "epoch" not in msg:
                     progress.console.log(msg)
 
-            bundle = ensure_bundle(path, cfg, model_dir or settings.model_dir, report)
+            from streams.simulate.served_tiers import served_source
+
+            bundle = ensure_bundle(
+                path, cfg, model_dir or settings.model_dir, report, served_source(path, settings)
+            )
     except (DataError, ModelError, ValueError) as exc:
         console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
         raise typer.Exit(1) from exc

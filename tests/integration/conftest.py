@@ -21,5 +21,10 @@ def traffic() -> Path:
 def bundle(traffic: Path) -> Path:
     """Trained once per traffic + config, then cached under the cache dir (seconds to train)."""
     from models.bundle import ensure_bundle
+    from streams.simulate.served_tiers import EngineServedTiers
 
-    return ensure_bundle(traffic, TINY_TRAIN, Settings().cache_dir / "test-models")
+    settings = Settings().model_copy(
+        update={"embedding_dim": TINY_TRAIN.embedding_dim, "history_len": TINY_TRAIN.history_len}
+    )
+    engine = EngineServedTiers(traffic, settings)  # vm_solaris learns what the engine serves
+    return ensure_bundle(traffic, TINY_TRAIN, settings.cache_dir / "test-models", None, engine)

@@ -163,7 +163,9 @@ def test_ensure_bundle_trains_once_per_traffic_and_config(
 
     calls: list[Path] = []
 
-    def fake_build(traffic: Path, cfg: TrainConfig, out: Path, key: str, report: object) -> dict:
+    def fake_build(
+        traffic: Path, cfg: TrainConfig, out: Path, key: str, report: object, served: object
+    ) -> dict:
         calls.append(out)
         _write_bundle(out, version=f"v-{key[:6]}")
         return {}
@@ -181,3 +183,6 @@ def test_ensure_bundle_trains_once_per_traffic_and_config(
     assert other != first and len(calls) == 2
     traffic.write_bytes(b"traffic-b")
     assert bundle_key(traffic, cfg) != first.name.removeprefix("bundle-")
+    # engine-built training features (other knobs, other features) are another bundle
+    assert bundle_key(traffic, cfg, "engine:a") != bundle_key(traffic, cfg, "engine:b")
+    assert bundle_key(traffic, cfg, "engine:a") != bundle_key(traffic, cfg)
