@@ -239,7 +239,7 @@ class NaiveReader:
                         acc += w * got[0]
                         den += float(w)
             if den > 0:
-                vectors[j], tiers[j] = acc / den, Tier.NEIGHBOURS
+                vectors[j], tiers[j] = acc / den, Tier.NEIGHBOUR_ITEM
             else:
                 left.append(j)
         if left:
@@ -250,5 +250,5 @@ class NaiveReader:
                     acc += w * got[0]
                     den += float(w)
             if den > 0:
-                vectors[left], tiers[left] = acc / den, Tier.NEIGHBOURS
+                vectors[left], tiers[left] = acc / den, Tier.NEIGHBOUR_AGGREGATE
         return vectors, tiers

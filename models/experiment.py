@@ -27,6 +27,7 @@ from models.config import GridPoint, TrainConfig, lag_name
 from models.features import HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_window_mean
+from models.runtime import TIER_AGGREGATE, TIER_MISSING
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
 from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
@@ -241,10 +242,10 @@ def run_seed(
                 vms["vm_solaris"] = m
             probs[key] = predict_vm(m, spec, test, exact)
             if spec is VM_SOLARIS:
-                agg_tier = np.where(has_agg, 1, 3).astype(np.int64)
+                agg_tier = np.where(has_agg, TIER_AGGREGATE, TIER_MISSING).astype(np.int64)
                 probs[f"vm_solaris_aggregate@{name}"] = predict_vm(m, spec, test, agg_tier)
                 probs[f"vm_solaris_missing@{name}"] = predict_vm(
-                    m, spec, test, np.full(n_test, 3, np.int64)
+                    m, spec, test, np.full(n_test, TIER_MISSING, np.int64)
                 )
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
         # Score transfer through the same tiered store: a 1-d "embedding" = the FM's logit.
@@ -285,7 +286,7 @@ def run_seed(
         test = data.take(np.arange(len(bc))[sl_te])
         probs["vm_solaris_engine"] = predict_vm(m, VM_SOLARIS_ENGINE, test, None)
         probs["vm_solaris_engine_missing"] = predict_vm(
-            m, VM_SOLARIS_ENGINE, test, np.full(n_test, 3, np.int64)
+            m, VM_SOLARIS_ENGINE, test, np.full(n_test, TIER_MISSING, np.int64)
         )
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(

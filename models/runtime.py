@@ -7,7 +7,8 @@ ranker's VM reading FM embeddings with their tier. Feature code is shared with t
 
 Tier codes (the one-hot input of ``vm_solaris``) are plain ints here so this module depends on
 nothing of the store; ``store.tiers.Tier`` uses the same numbering:
-``TIER_EXACT = 0``, ``TIER_AGGREGATE = 1``, ``TIER_NEIGHBOURS = 2``, ``TIER_MISSING = 3``.
+``TIER_EXACT = 0``, ``TIER_AGGREGATE = 1``, ``TIER_NEIGHBOUR_ITEM = 2``,
+``TIER_NEIGHBOUR_AGGREGATE = 3``, ``TIER_MISSING = 4``.
 
 Runners are thread-compatible, not thread-safe: give each worker thread its own (onnxruntime
 sessions themselves may be shared, but the runners keep no state besides them anyway). Calls block
@@ -32,10 +33,17 @@ log = logging.getLogger(__name__)
 
 TIER_EXACT = 0
 TIER_AGGREGATE = 1
-TIER_NEIGHBOURS = 2
-TIER_MISSING = 3
-N_TIERS = 4
-TIER_NAMES: tuple[str, ...] = ("exact", "aggregate", "neighbours", "missing")
+TIER_NEIGHBOUR_ITEM = 2
+TIER_NEIGHBOUR_AGGREGATE = 3
+TIER_MISSING = 4
+N_TIERS = 5
+TIER_NAMES: tuple[str, ...] = (
+    "exact",
+    "aggregate",
+    "neighbour_item",
+    "neighbour_aggregate",
+    "missing",
+)
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

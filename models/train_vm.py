@@ -18,6 +18,7 @@ from torch import nn
 from models.config import GridPoint, TrainConfig
 from models.fm import FoundationModel
 from models.metrics import logloss
+from models.runtime import TIER_MISSING
 from models.train import bce, seed_everything
 from models.vm import N_TIERS, VerticalModel
 
@@ -88,12 +89,16 @@ class VMData:
 def sample_tiers(
     rng: np.random.Generator, available: np.ndarray, rates: tuple[float, ...]
 ) -> np.ndarray:
-    """Draw a tier per row from ``rates``; an unavailable tier falls through to the next one."""
+    """Draw a tier per row from ``rates``; an unavailable tier falls through to the next one.
+
+    ``available`` has a column per offline view (exact, aggregate, neighbour_item); tiers past
+    them (neighbour_aggregate) have no offline value and fall through to missing.
+    """
     n = available.shape[0]
     tier = np.asarray(rng.choice(N_TIERS, size=n, p=np.asarray(rates) / np.sum(rates)))
-    for t in range(3):  # exact(0) is always available; aggregate(1) → neighbours(2) → missing(3)
-        bad = (tier == t) & ~available[:, t]
-        tier = np.where(bad, t + 1, tier)
+    for t in range(N_TIERS - 1):  # exact → aggregate → neighbour_item → neighbour_agg → missing
+        have = available[:, t] if t < available.shape[1] else np.zeros(n, bool)
+        tier = np.where((tier == t) & ~have, t + 1, tier)
     return tier.astype(np.int64)
 
 
@@ -101,9 +106,10 @@ def select_tier(data: VMData, tier: np.ndarray) -> np.ndarray:
     """The embedding each row gets under ``tier`` (zeros for missing), float32 [N, d]."""
     if data.tier_embeddings is None:
         raise ValueError("no tier embeddings")
-    idx = np.minimum(tier, 2)
+    views = data.tier_embeddings.shape[1]
+    idx = np.minimum(tier, views - 1)
     out = data.tier_embeddings[np.arange(len(data)), idx]
-    return np.where((tier == 3)[:, None], 0.0, out).astype(np.float32)
+    return np.where((tier >= views)[:, None], 0.0, out).astype(np.float32)
 
 
 def vm_tensors(spec: VariantSpec, data: VMData, tier: np.ndarray | None) -> dict[str, torch.Tensor]:
@@ -279,7 +285,7 @@ def _extreme_tier_loss(
     if cfg.vm_missing_weight > 0:
         batch = {k: v[b] for k, v in inputs.items()}
         batch["embedding"] = torch.zeros_like(batch["embedding"])
-        batch["tier"] = torch.full_like(batch["tier"], N_TIERS - 1)
+        batch["tier"] = torch.full_like(batch["tier"], TIER_MISSING)
         loss = loss + cfg.vm_missing_weight * loss_fn(model(**batch), y)
     return loss
 

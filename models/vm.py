@@ -24,9 +24,7 @@ import torch
 from torch import nn
 
 from models.features import N_HOURS, N_WEEKDAYS, OOV
-
-N_TIERS = 4  # exact, aggregate, neighbours, missing (codes of models.runtime)
-TIER_MISSING = 3
+from models.runtime import N_TIERS, TIER_MISSING  # the served tier codes (one-hot width)
 
 
 class VerticalModel(nn.Module):

@@ -1,8 +1,8 @@
 """The ranker's read API: per candidate, the best fresh tier in at most two store round trips.
 
-Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> user aggregate -> neighbours
-(similarity-weighted mean of the neighbours' embedding for that item, else of their aggregates)
--> missing (zeros). A stored value serves a request only if it was produced from an *earlier*
+Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> user aggregate ->
+*neighbour_item* (similarity-weighted mean of the neighbours' embedding of that item) ->
+*neighbour_aggregate* (of their aggregates: item-blind) -> missing (zeros). A stored value serves a request only if it was produced from an *earlier*
 event (``value.event_time_ms < request event_time_ms``) and is within its TTL at the request's
 event time: physical expiry in the store is never trusted for freshness.
 
@@ -233,7 +233,7 @@ class FeatureReader:
                 times = np.where(fresh, dec.event_time_ms.reshape(k, m), np.iinfo(np.int64).max)
                 idx = rest_idx[filled]
                 out.vectors[idx] = mean
-                out.tiers[idx] = Tier.NEIGHBOURS
+                out.tiers[idx] = Tier.NEIGHBOUR_ITEM
                 out.ages_ms[idx] = t - times[:, filled].min(axis=0)
         if filled.all():
             return
@@ -248,5 +248,5 @@ class FeatureReader:
         mean = (w[:, None] * agg.vectors).sum(axis=0) / w.sum()
         idx = rest_idx[~filled]
         out.vectors[idx] = mean
-        out.tiers[idx] = Tier.NEIGHBOURS
+        out.tiers[idx] = Tier.NEIGHBOUR_AGGREGATE
         out.ages_ms[idx] = t - agg.event_time_ms[fresh_agg].min()

@@ -31,7 +31,11 @@ class CoverageCounter:
         return {
             "exact": s["exact"],
             "with_aggregate": s["exact"] + s["aggregate"],
-            "with_neighbours": s["exact"] + s["aggregate"] + s["neighbours"],
+            "with_neighbour_item": s["exact"] + s["aggregate"] + s["neighbour_item"],
+            "with_neighbours": s["exact"]
+            + s["aggregate"]
+            + s["neighbour_item"]
+            + s["neighbour_aggregate"],
         }
 
 

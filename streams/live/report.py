@@ -27,7 +27,11 @@ def live_summary(settings: Settings) -> dict[str, Any]:
         "cumulative": {
             "exact": share["exact"],
             "with_aggregate": share["exact"] + share["aggregate"],
-            "with_neighbours": share["exact"] + share["aggregate"] + share["neighbours"],
+            "with_neighbour_item": share["exact"] + share["aggregate"] + share["neighbour_item"],
+            "with_neighbours": share["exact"]
+            + share["aggregate"]
+            + share["neighbour_item"]
+            + share["neighbour_aggregate"],
         },
         "fm_pairs": int(embedded),
         "fm_pairs_per_request": embedded / requests if requests else 0.0,
@@ -56,7 +60,8 @@ def coverage_table(
     table.add_row("requests ranked / lookups", f"{s['requests']:,} / {s['lookups']:,}")
     table.add_row("coverage exact", f"{cum['exact']:.3f}")
     table.add_row("coverage + aggregate", f"{cum['with_aggregate']:.3f}")
-    table.add_row("coverage + neighbours", f"{cum['with_neighbours']:.3f}")
+    table.add_row("coverage + neighbours' item embedding", f"{cum['with_neighbour_item']:.3f}")
+    table.add_row("coverage + neighbours' aggregates", f"{cum['with_neighbours']:.3f}")
     table.add_row(
         "FM pairs per request", f"{s['fm_pairs_per_request']:.2f} ({s['fm_pairs']:,} pairs)"
     )

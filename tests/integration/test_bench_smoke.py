@@ -49,7 +49,13 @@ def test_serve_smoke(settings: Settings, tmp_path: Path) -> None:
     doc = _check(tmp_path / "serve.json", "serve")
     res = doc["results"]
     assert res["naive_serves_same_tiers"] is True
-    assert set(res["tier_mix"]) == {"exact", "aggregate", "neighbours", "missing"}
+    assert set(res["tier_mix"]) == {
+        "exact",
+        "aggregate",
+        "neighbour_item",
+        "neighbour_aggregate",
+        "missing",
+    }
     assert {"reader", "floor", "naive"} == set(res["n50"]["latency_ms"])
     client = redis.Redis.from_url(settings.store_url)
     try:  # the benchmark deletes what it wrote

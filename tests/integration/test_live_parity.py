@@ -267,7 +267,7 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     neighbour tier differs on a few lookups (the ranker reloads KNN snapshots every 2 s of wall
     time, the simulator at event time), which moves the served NE a little.
     """
-    from store.tiers import Tier
+    from store.tiers import NEIGHBOUR_TIERS
     from streams.models_loader import load_models
     from streams.simulate.config import sim_config_from_settings
     from streams.simulate.simulator import Simulator
@@ -299,7 +299,7 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     assert rows.unjoined == 0
     assert live.keys() == offline.keys() and len(live) > 50
     same_tier = [key for key in live if live[key][0] == offline[key][0]]
-    deterministic = [key for key in same_tier if live[key][0] != Tier.NEIGHBOURS]
+    deterministic = [key for key in same_tier if live[key][0] not in NEIGHBOUR_TIERS]
     assert len(same_tier) >= 0.9 * len(live)
     assert len(deterministic) > 0.5 * len(live)
     worst = max(abs(live[k][1] - offline[k][1]) for k in deterministic)

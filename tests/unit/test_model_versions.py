@@ -83,7 +83,7 @@ def test_gated_reader_serves_no_other_version_in_any_tier() -> None:
     assert tiers.tolist() == [Tier.EXACT, Tier.AGGREGATE]
     np.testing.assert_allclose(vectors, [vec(1.5), vec(3.5)])
     vectors, tiers, _ = reader.lookup(5, [10, 11], T0 + 1)
-    assert tiers.tolist() == [Tier.NEIGHBOURS, Tier.NEIGHBOURS]
+    assert tiers.tolist() == [Tier.NEIGHBOUR_ITEM, Tier.NEIGHBOUR_AGGREGATE]
     np.testing.assert_allclose(vectors, [vec(2.5), vec(4.5)])  # only user 2 has item 10
 
 

@@ -84,7 +84,8 @@ def test_neighbour_pairs_weighted_then_neighbour_aggregates(store: InMemoryStore
     )
     store.write_aggregates([agg(3, T0, 8.0)], HOUR)
     vectors, tiers, ages = reader(store).lookup(1, [10, 11], T0 + 100)
-    assert tiers.tolist() == [Tier.NEIGHBOURS, Tier.NEIGHBOURS]
+    # item 10 from the neighbours' pairs (item-aware), item 11 from their aggregates
+    assert tiers.tolist() == [Tier.NEIGHBOUR_ITEM, Tier.NEIGHBOUR_AGGREGATE]
     # item 10: weights .75/.25 over users 2 and 3 (user 4 has a negative weight: ignored)
     np.testing.assert_allclose(vectors[0], vec(0.75 * 1.0 + 0.25 * 3.0))
     assert ages[0] == 110  # the oldest contributing value
@@ -104,7 +105,7 @@ class _Cold:
 def test_cold_start_index_serves_user_without_neighbour_list(store: InMemoryStore) -> None:
     store.write_pairs([pair(2, 10, T0, 1.5)], HOUR)
     r = FeatureReader(store, ReaderConfig(dim=DIM), cold_start=_Cold())
-    assert r.lookup(9, [10], T0 + 1).tiers.tolist() == [Tier.NEIGHBOURS]
+    assert r.lookup(9, [10], T0 + 1).tiers.tolist() == [Tier.NEIGHBOUR_ITEM]
     assert r.stats.cold_start_queries == 1
 
 
@@ -117,7 +118,7 @@ def test_500_candidates_take_at_most_two_round_trips(store: InMemoryStore) -> No
     r = reader(store)
     _, tiers, _ = r.lookup(1, items, T0 + 1)
     assert store.round_trips <= 2
-    assert np.bincount(tiers, minlength=4).tolist() == [100, 0, 400, 0]
+    assert np.bincount(tiers, minlength=len(Tier)).tolist() == [100, 0, 0, 400, 0]
 
 
 class _FailingStore(InMemoryStore):
@@ -171,6 +172,6 @@ def test_neighbour_aggregates_may_be_older_than_the_user_aggregate_ttl(
     )
     vectors, tiers, ages = r.lookup(1, [10], T0 + 2 * HOUR + 1)
     # the user's own aggregate (2 h old) is past its 1 h TTL; the neighbour's is within 3 h
-    assert tiers.tolist() == [Tier.NEIGHBOURS] and ages.tolist() == [2 * HOUR + 1]
+    assert tiers.tolist() == [Tier.NEIGHBOUR_AGGREGATE] and ages.tolist() == [2 * HOUR + 1]
     np.testing.assert_allclose(vectors[0], vec(4.0))
     assert r.lookup(1, [10], T0 + 3 * HOUR + 1).tiers.tolist() == [Tier.MISSING]

@@ -18,7 +18,9 @@ from models.runtime import (
     TIER_AGGREGATE,
     TIER_EXACT,
     TIER_MISSING,
-    TIER_NEIGHBOURS,
+    TIER_NAMES,
+    TIER_NEIGHBOUR_AGGREGATE,
+    TIER_NEIGHBOUR_ITEM,
     UserHistory,
 )
 
@@ -69,7 +71,18 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tier_codes_are_the_documented_numbering() -> None:
-    assert (TIER_EXACT, TIER_AGGREGATE, TIER_NEIGHBOURS, TIER_MISSING) == (0, 1, 2, 3)
+    from store.tiers import TIER_NAMES as STORE_TIER_NAMES
+    from store.tiers import Tier
+
+    codes = (
+        TIER_EXACT,
+        TIER_AGGREGATE,
+        TIER_NEIGHBOUR_ITEM,
+        TIER_NEIGHBOUR_AGGREGATE,
+        TIER_MISSING,
+    )
+    assert codes == (0, 1, 2, 3, 4) == tuple(Tier)
+    assert TIER_NAMES == STORE_TIER_NAMES  # models and store agree on the numbering
 
 
 def test_runtime_and_bundle_do_not_import_torch() -> None:
@@ -138,7 +151,7 @@ def test_bad_inputs_raise_input_error(bundle_dir: Path) -> None:
     with pytest.raises(InputError):
         b.solaris.score(u, i, t, np.zeros((2, DIM + 1), np.float32), np.zeros(2, np.uint8))
     with pytest.raises(InputError):
-        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 4]))
+        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 5]))
     with pytest.raises(InputError):
         UserHistory.of([1, 2], [1, 1], [5, 4])  # not oldest first
     with pytest.raises(InputError):

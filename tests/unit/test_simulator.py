@@ -100,14 +100,26 @@ def test_simulate_report_shape_and_oracle_bound(
         "foresight_same_budget",
     ):
         assert key in report, key
-    assert set(report["coverage"]) == {"exact", "aggregate", "neighbours", "missing"}
+    assert set(report["coverage"]) == {
+        "exact",
+        "aggregate",
+        "neighbour_item",
+        "neighbour_aggregate",
+        "missing",
+    }
     assert sum(report["coverage"].values()) == pytest.approx(1.0)
     cum, oracle = report["cumulative"], report["oracle"]
     assert cum["exact"] <= oracle["exact"] + 1e-9
-    assert cum["exact"] <= cum["with_aggregate"] <= cum["with_neighbours"] <= 1.0
+    assert cum["exact"] <= cum["with_aggregate"] <= cum["with_neighbour_item"]
+    assert cum["with_neighbour_item"] <= cum["with_neighbours"] <= 1.0
     assert 0 < report["speculation_precision"] <= 1
     assert report["fm_pairs_per_request"] < report["fm_pairs_per_request_all_candidates"]
-    assert set(report["labelled"]["oracle"]) == {"exact", "with_aggregate", "with_neighbours"}
+    assert set(report["labelled"]["oracle"]) == {
+        "exact",
+        "with_aggregate",
+        "with_neighbour_item",
+        "with_neighbours",
+    }
     assert report["ne"]["vm"]["ne"] > 0
     # knowing the future beats chance at the same budget, and never beats the oracle
     seer, rnd = report["foresight_same_budget"], report["random_same_budget"]
@@ -148,7 +160,9 @@ def test_growth_triggered_neighbour_refresh_fills_a_cold_index_sooner(
         nb = NeighbourConfig(k=4, interval_ms=10 * 86_400_000, growth_factor=growth)
         sim = Simulator(config(neighbours=nb), models())
         sim.run(events)
-        return sim.coverage.shares()["neighbours"], sim.refresh_clock.last_population
+        shares = sim.coverage.shares()
+        neighbours = shares["neighbour_item"] + shares["neighbour_aggregate"]
+        return neighbours, sim.refresh_clock.last_population
 
     interval_only, population_interval = neighbour_coverage(1.0)
     with_growth, population_growth = neighbour_coverage(2.0)
