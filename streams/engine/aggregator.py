@@ -105,10 +105,12 @@ class RollingAggregator:
             if emb.model_version != state.version and not self._switch(state, emb):
                 continue
             key = (emb.item_id, emb.event_time_ms)
-            if key in state.seen:
+            start = emb.event_time_ms - emb.event_time_ms % self.bucket_ms
+            if key in state.seen or self._expired(state, start):
+                # seen: a redelivery; expired: its bucket already left the window, and with it
+                # the record of whether it was counted (a redelivery must not count twice)
                 continue
             state.seen.add(key)
-            start = emb.event_time_ms - emb.event_time_ms % self.bucket_ms
             count, total = state.buckets.get(start, (0, np.zeros(emb.dim, np.float64)))
             state.buckets[start] = (count + 1, total + emb.array())
             state.newest_ms = max(state.newest_ms, emb.event_time_ms)
@@ -153,9 +155,15 @@ class RollingAggregator:
         state.restart(emb.model_version)
         return True
 
+    def _expired(self, state: AggregateState, bucket_start: int) -> bool:
+        """A bucket [start, start + bucket) is kept while it overlaps (newest - window, newest]."""
+        return bucket_start + self.bucket_ms <= state.newest_ms - self.window_ms
+
     def _evict(self, state: AggregateState) -> None:
-        # A bucket [start, start + bucket) is kept while it overlaps (newest - window, newest].
-        horizon = state.newest_ms - self.window_ms
-        for start in [s for s in state.buckets if s + self.bucket_ms <= horizon]:
+        for start in [s for s in state.buckets if self._expired(state, s)]:
             del state.buckets[start]
-        state.seen = {(i, t) for i, t in state.seen if t > horizon}
+        # Dedup entries live exactly as long as the bucket that counted them: dropping them at
+        # the horizon while their bucket stayed let a late redelivery be counted twice.
+        state.seen = {
+            (i, t) for i, t in state.seen if not self._expired(state, t - t % self.bucket_ms)
+        }
