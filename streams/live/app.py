@@ -43,6 +43,7 @@ from streams.live import metrics
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, decode
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
+from streams.live.offload import MODEL_POOL, STORE_POOL, in_pool
 from streams.live.retry import write_with_retry
 from streams.live.state import (
     history_from_table,
@@ -247,7 +248,10 @@ def create_app(
                 ]
                 ok = group
                 if parts.verifier is not None and group:
-                    ok = parts.verifier.verify_many([group], [b.candidates])[0]
+                    verified = await in_pool(
+                        MODEL_POOL, parts.verifier.verify_many, [group], [b.candidates]
+                    )
+                    ok = verified[0]
                 metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
                 parts.count(verified=len(ok), dropped=len(group) - len(ok))
                 if not ok:  # nothing sent, nothing to remember
@@ -306,7 +310,7 @@ def create_app(
             if not pairs:
                 return
             start = time.perf_counter()
-            embeddings = parts.embedder.embed(pairs, histories)
+            embeddings = await in_pool(MODEL_POOL, parts.embedder.embed, pairs, histories)
             metrics.FM_LATENCY.observe(time.perf_counter() - start)
             metrics.FM_BATCH_SIZE.observe(len(pairs))
             await write_with_retry(
@@ -366,7 +370,9 @@ def create_app(
 
     @app.timer(interval=1.0)
     async def flush_counters() -> None:
-        """Counters are batched per second; flush even when no message arrives."""
-        parts.flush_counts()
+        """Counters are batched per second and flushed off the event loop."""
+        pending = parts.take_counts()
+        if pending:
+            await in_pool(STORE_POOL, parts.publish_counts, pending)
 
     return app

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from schemas.codec import Codec
 from schemas.limits import Limits
 from store.protocol import FeatureStore
@@ -46,22 +44,26 @@ class Components:
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
         self.stats = LiveStats(settings, "pipeline") if settings.store_backend == "redis" else None
         self._pending: dict[str, int] = {}
-        self._flushed_at = 0.0
         #: user -> event time of their newest aggregate (this worker's users), for the KNN index
         self.aggregate_times: dict[int, int] = {}
 
     def count(self, **counts: int) -> None:
-        """Add to the shared counters; flushed at most once a second (one Redis round trip)."""
+        """Add to the shared counters; the worker's 1 s timer publishes them (one round trip)."""
         if self.stats is None:
             return
         for key, value in counts.items():
             self._pending[key] = self._pending.get(key, 0) + value
-        now = time.monotonic()
-        if now - self._flushed_at >= 1.0:
-            self.flush_counts()
-            self._flushed_at = now
+
+    def take_counts(self) -> dict[str, int]:
+        """The counts since the last call (swapped on the event loop: no lock needed)."""
+        pending, self._pending = self._pending, {}
+        return pending
+
+    def publish_counts(self, counts: dict[str, int]) -> None:
+        """Add ``counts`` to the shared stats hash (blocking: call it off the event loop)."""
+        if self.stats is not None and counts:
+            self.stats.add(counts)
 
     def flush_counts(self) -> None:
-        if self.stats is not None and self._pending:
-            self.stats.add(dict(self._pending))
-            self._pending.clear()
+        """Publish what is pending now (blocking; for shutdown and tests)."""
+        self.publish_counts(self.take_counts())

@@ -11,13 +11,15 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from store.errors import StoreError
 from streams.live.metrics import STORE_ERRORS
+from streams.live.offload import STORE_POOL, in_pool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 async def write_with_retry(op: str, fn: Callable[[], T], max_wait_s: float = 5.0) -> T:
-    """Call ``fn`` until it stops raising :class:`StoreError` (exponential backoff, async sleep)."""
+    """Call ``fn`` in the store thread pool until it stops raising :class:`StoreError`
+    (exponential backoff, async sleep): the event loop never waits on the store."""
 
     def _log(state: object) -> None:
         STORE_ERRORS.labels(op).inc()
@@ -33,5 +35,5 @@ async def write_with_retry(op: str, fn: Callable[[], T], max_wait_s: float = 5.0
         reraise=True,
     ):
         with attempt:
-            return fn()
+            return await in_pool(STORE_POOL, fn)
     raise AssertionError("unreachable")  # pragma: no cover
