@@ -104,6 +104,12 @@ class RollingAggregator:
         for emb in embeddings:
             if emb.model_version != state.version and not self._switch(state, emb):
                 continue
+            dim = next(iter(state.buckets.values()))[1].shape[0] if state.buckets else emb.dim
+            if emb.dim != dim:
+                raise ValueError(
+                    f"embedding of dim {emb.dim} for user {emb.user_id}'s {dim}-dim aggregate "
+                    f"(model version {emb.model_version})"
+                )
             key = (emb.item_id, emb.event_time_ms)
             start = emb.event_time_ms - emb.event_time_ms % self.bucket_ms
             if key in state.seen or self._expired(state, start):

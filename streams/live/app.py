@@ -20,11 +20,13 @@ since verified messages carry the user's history.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeVar
 
+import aiokafka.errors
 import faust
 import numpy as np
 
@@ -41,7 +43,8 @@ from streams.engine.history import UserHistory, add_interaction, history_before
 from streams.engine.ledger import is_fresh, record
 from streams.live import metrics
 from streams.live.components import Components
-from streams.live.dead_letters import Origin, decode
+from streams.live.dead_letters import Origin, dead_letter_for, decode
+from streams.live.embed_batches import EmbedInput, embed_input, embed_isolating
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
 from streams.live.offload import MODEL_POOL, STORE_POOL, in_pool
 from streams.live.retry import write_with_retry
@@ -56,6 +59,9 @@ from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+PROCESSING_ERROR = "processing_error"
+#: infrastructure failures: not the message's fault, so never a dead letter (Faust restarts)
+INFRA_ERRORS: tuple[type[BaseException], ...] = (aiokafka.errors.KafkaError,)
 ROLES = ("history", "speculate", "verify", "embed", "aggregate", "neighbours")
 #: ``neighbours`` runs inside the requests agent (it needs the event-time clock of requests).
 STATEFUL = frozenset(ROLES) - {"embed"}
@@ -137,6 +143,23 @@ def create_app(
             return None
         return rec
 
+    async def dead_for(event: Any, exc: Exception) -> None:
+        """Dead-letter ``event`` for an error raised while processing it."""
+        log.warning("processing failed", extra={"error": repr(exc)[:500]})
+        error = f"{type(exc).__name__}: {exc}"
+        await dead(dead_letter_for(origin(event), event.key, event.value, PROCESSING_ERROR, error))
+
+    @contextlib.asynccontextmanager
+    async def processing(event: Any) -> AsyncIterator[None]:
+        """Any error while processing ``event`` dead-letters it (``processing_error``, with the
+        error text) and the agent moves on to the next message; Kafka errors propagate."""
+        try:
+            yield
+        except INFRA_ERRORS:
+            raise
+        except Exception as exc:
+            await dead_for(event, exc)
+
     def origin(event: Any) -> Origin:
         m = event.message
         return Origin(m.topic, m.partition, m.offset)
@@ -153,12 +176,13 @@ def create_app(
                 rec = await decoded(event, ImpressionEvent)
                 if rec is None:
                     continue
-                entries = history_from_table(history.get(rec.user_id))
-                if parts.lookahead is not None:
-                    recent = [(i, t) for i, lab, t in entries if lab][-5:]
-                    parts.lookahead.observe(recent, rec.item_id, rec.label, rec.event_time_ms)
-                add_interaction(entries, rec.item_id, rec.label, rec.event_time_ms, 2 * L)
-                history[rec.user_id] = history_to_table(entries)
+                async with processing(event):
+                    entries = history_from_table(history.get(rec.user_id))
+                    if parts.lookahead is not None:
+                        recent = [(i, t) for i, lab, t in entries if lab][-5:]
+                        parts.lookahead.observe(recent, rec.item_id, rec.label, rec.event_time_ms)
+                    add_interaction(entries, rec.item_id, rec.label, rec.event_time_ms, 2 * L)
+                    history[rec.user_id] = history_to_table(entries)
 
     if "speculate" in roles:
         ledger, history, reps = tables["ledger"], tables["history"], tables["reps"]
@@ -174,45 +198,48 @@ def create_app(
                 rec = await decoded(event, RequestEvent)
                 if rec is None:
                     continue
-                parts.now_ms = max(parts.now_ms, rec.event_time_ms)
-                if refresher is not None:
-                    await refresher.maybe_refresh(rec.event_time_ms, tables["aggregates"], reps)
-                recent = [i for i, lab, _ in history_from_table(history.get(rec.user_id)) if lab][
-                    -5:
-                ]
-                proposals = parts.speculator.propose(
-                    rec, ledger_from_table(ledger.get(rec.user_id)), recent
-                )
-                if parts.prior is not None:
-                    parts.prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
-                if parts.reps is not None:
-                    saved = reps.get(rec.user_id)
-                    if saved and not parts.reps.has(rec.user_id):  # after a restart
-                        parts.reps.set(rec.user_id, np.asarray(saved[0], np.float32), int(saved[1]))
-                    if not saved or rec.event_time_ms > int(
-                        saved[1]
-                    ):  # a redelivery changes nothing
-                        parts.reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
-                        reps[rec.user_id] = [
-                            parts.reps.vector(rec.user_id).tolist(),
+                async with processing(event):
+                    parts.now_ms = max(parts.now_ms, rec.event_time_ms)
+                    if refresher is not None:
+                        await refresher.maybe_refresh(rec.event_time_ms, tables["aggregates"], reps)
+                    recent = [
+                        i for i, lab, _ in history_from_table(history.get(rec.user_id)) if lab
+                    ][-5:]
+                    proposals = parts.speculator.propose(
+                        rec, ledger_from_table(ledger.get(rec.user_id)), recent
+                    )
+                    if parts.prior is not None:
+                        parts.prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
+                    if parts.reps is not None:
+                        saved = reps.get(rec.user_id)
+                        if saved and not parts.reps.has(rec.user_id):  # after a restart
+                            parts.reps.set(
+                                rec.user_id, np.asarray(saved[0], np.float32), int(saved[1])
+                            )
+                        if not saved or rec.event_time_ms > int(
+                            saved[1]
+                        ):  # a redelivery changes nothing
+                            parts.reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
+                            reps[rec.user_id] = [
+                                parts.reps.vector(rec.user_id).tolist(),
+                                rec.event_time_ms,
+                            ]
+                    for p in proposals:
+                        metrics.PROPOSALS.labels(p.strategy).inc()
+                    if proposals:
+                        batch = ProposalBatch(
+                            rec.request_id,
+                            rec.user_id,
                             rec.event_time_ms,
-                        ]
-                for p in proposals:
-                    metrics.PROPOSALS.labels(p.strategy).inc()
-                if proposals:
-                    batch = ProposalBatch(
-                        rec.request_id,
-                        rec.user_id,
-                        rec.event_time_ms,
-                        len(rec.candidates),
-                        tuple(p.item_id for p in proposals),
-                        tuple(p.strategy for p in proposals),
-                    )
-                    await topics["speculated"].send(
-                        key=user_key(rec.user_id),
-                        value=codec.encode(batch),
-                        timestamp=rec.event_time_ms / 1000,
-                    )
+                            len(rec.candidates),
+                            tuple(p.item_id for p in proposals),
+                            tuple(p.strategy for p in proposals),
+                        )
+                        await topics["speculated"].send(
+                            key=user_key(rec.user_id),
+                            value=codec.encode(batch),
+                            timestamp=rec.event_time_ms / 1000,
+                        )
 
     if "verify" in roles:
         ledger, history = tables["ledger"], tables["history"]
@@ -226,62 +253,63 @@ def create_app(
                 b = await decoded(event, ProposalBatch)
                 if b is None:
                     continue
-                saved = ledger.get(b.user_id)
-                done = verified_requests_from_table(saved)
-                if b.request_id in done:
-                    # A redelivery (e.g. after a crash) of a request whose pairs are already in
-                    # `verified`: verifying it again would see its own pairs as fresh and pick the
-                    # next best ones, i.e. extra FM work an uninterrupted run never does.
-                    parts.count(redelivered=1)
-                    log.info(
-                        "skipped a redelivered request: its pairs are already verified",
-                        extra={"request_id": b.request_id, "user_id": b.user_id},
+                async with processing(event):
+                    saved = ledger.get(b.user_id)
+                    done = verified_requests_from_table(saved)
+                    if b.request_id in done:
+                        # A redelivery (e.g. after a crash) of a request whose pairs are already in
+                        # `verified`: verifying it again would see its own pairs as fresh and pick the
+                        # next best ones, i.e. extra FM work an uninterrupted run never does.
+                        parts.count(redelivered=1)
+                        log.info(
+                            "skipped a redelivered request: its pairs are already verified",
+                            extra={"request_id": b.request_id, "user_id": b.user_id},
+                        )
+                        continue
+                    # Re-check freshness: a request speculated before the previous one's ledger
+                    # update landed must not embed the same pairs twice.
+                    led = ledger_from_table(saved)
+                    group = [
+                        PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
+                        for i, s in zip(b.item_ids, b.strategies, strict=True)
+                        if not is_fresh(led, i, b.event_time_ms, refresh_after)
+                    ]
+                    ok = group
+                    if parts.verifier is not None and group:
+                        verified = await in_pool(
+                            MODEL_POOL, parts.verifier.verify_many, [group], [b.candidates]
+                        )
+                        ok = verified[0]
+                    metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
+                    parts.count(verified=len(ok), dropped=len(group) - len(ok))
+                    if not ok:  # nothing sent, nothing to remember
+                        continue
+                    metrics.VERIFIED.inc(len(ok))
+                    hist = history_before(
+                        history_from_table(history.get(b.user_id)), b.event_time_ms, L
                     )
-                    continue
-                # Re-check freshness: a request speculated before the previous one's ledger
-                # update landed must not embed the same pairs twice.
-                led = ledger_from_table(saved)
-                group = [
-                    PairProposal(b.request_id, b.user_id, i, b.event_time_ms, s)
-                    for i, s in zip(b.item_ids, b.strategies, strict=True)
-                    if not is_fresh(led, i, b.event_time_ms, refresh_after)
-                ]
-                ok = group
-                if parts.verifier is not None and group:
-                    verified = await in_pool(
-                        MODEL_POOL, parts.verifier.verify_many, [group], [b.candidates]
+                    out = ProposalBatch(
+                        b.request_id,
+                        b.user_id,
+                        b.event_time_ms,
+                        b.candidates,
+                        tuple(p.item_id for p in ok),
+                        tuple(p.strategy for p in ok),
+                        tuple(float(p.score or 0.0) for p in ok),
+                        tuple(hist.items.tolist()),
+                        tuple(hist.labels.tolist()),
+                        tuple(hist.times_ms.tolist()),
                     )
-                    ok = verified[0]
-                metrics.VERIFIER_DROPPED.inc(len(group) - len(ok))
-                parts.count(verified=len(ok), dropped=len(group) - len(ok))
-                if not ok:  # nothing sent, nothing to remember
-                    continue
-                metrics.VERIFIED.inc(len(ok))
-                hist = history_before(
-                    history_from_table(history.get(b.user_id)), b.event_time_ms, L
-                )
-                out = ProposalBatch(
-                    b.request_id,
-                    b.user_id,
-                    b.event_time_ms,
-                    b.candidates,
-                    tuple(p.item_id for p in ok),
-                    tuple(p.strategy for p in ok),
-                    tuple(float(p.score or 0.0) for p in ok),
-                    tuple(hist.items.tolist()),
-                    tuple(hist.labels.tolist()),
-                    tuple(hist.times_ms.tolist()),
-                )
-                delivery = await topics["verified"].send(
-                    key=user_key(b.user_id),
-                    value=codec.encode(out),
-                    timestamp=b.event_time_ms / 1000,
-                )
-                # The ledger says "embedded" only once the verified message is durably in Kafka:
-                # a crash before this point re-verifies the pairs instead of skipping them.
-                await delivery
-                record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
-                ledger[b.user_id] = ledger_to_table(led, [*done, b.request_id])
+                    delivery = await topics["verified"].send(
+                        key=user_key(b.user_id),
+                        value=codec.encode(out),
+                        timestamp=b.event_time_ms / 1000,
+                    )
+                    # The ledger says "embedded" only once the verified message is durably in Kafka:
+                    # a crash before this point re-verifies the pairs instead of skipping them.
+                    await delivery
+                    record(led, (p.item_id for p in ok), b.event_time_ms, settings.pair_ttl_ms)
+                    ledger[b.user_id] = ledger_to_table(led, [*done, b.request_id])
 
     if "embed" in roles:
 
@@ -290,41 +318,35 @@ def create_app(
             async for events in stream.take_events(
                 settings.embed_batch_size, within=settings.embed_max_wait_ms / 1000
             ):
-                batches: list[ProposalBatch] = []
+                items: list[EmbedInput[Any]] = []
                 for event in events:
                     rec = await decoded(event, ProposalBatch)
-                    if rec is not None:
-                        batches.append(rec)
-                await _embed(batches)
+                    if rec is None:
+                        continue
+                    async with processing(event):  # invalid input: that message only
+                        items.append(embed_input(event, rec))
+                await _embed(items)
 
-        async def _embed(batches: list[ProposalBatch]) -> None:
-            pairs: list[PairProposal] = []
-            histories: list[UserHistory] = []
-            for b in batches:
-                hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)
-                for item, strategy in zip(b.item_ids, b.strategies, strict=True):
-                    pairs.append(
-                        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
-                    )
-                    histories.append(hist)
-            if not pairs:
-                return
+        async def _fm(pairs: list[PairProposal], histories: list[UserHistory]) -> list[Any]:
+            return await in_pool(MODEL_POOL, parts.embedder.embed, pairs, histories)
+
+        async def _embed(items: list[EmbedInput[Any]]) -> None:
             start = time.perf_counter()
-            embeddings = await in_pool(MODEL_POOL, parts.embedder.embed, pairs, histories)
+            outcome = await embed_isolating(items, _fm, INFRA_ERRORS)
+            for item, exc in outcome.failed:
+                await dead_for(item.event, exc)
+            embeddings = [e for _, mine in outcome.done for e in mine]
+            if not embeddings:
+                return
             metrics.FM_LATENCY.observe(time.perf_counter() - start)
-            metrics.FM_BATCH_SIZE.observe(len(pairs))
+            metrics.FM_BATCH_SIZE.observe(len(embeddings))
             await write_with_retry(
                 "write_pairs", lambda: parts.store.write_pairs(embeddings, settings.pair_ttl_ms)
             )
             metrics.EMBEDDED.inc(len(embeddings))
-            parts.count(embedded=len(embeddings), fm_batches=1)
-            offset = 0
-            for b in batches:
-                mine = embeddings[offset : offset + len(b.item_ids)]
-                offset += len(b.item_ids)
-                if not mine:
-                    continue
-                first = mine[0]
+            parts.count(embedded=len(embeddings), fm_batches=outcome.fm_calls)
+            for item, mine in outcome.done:
+                b, first = item.batch, mine[0]
                 out = EmbeddingBatch(
                     b.request_id,
                     b.user_id,
@@ -350,23 +372,24 @@ def create_app(
                 rec = await decoded(event, EmbeddingBatch)
                 if rec is None:
                     continue
-                state = AggregateState.from_json(aggregates.get(rec.user_id))
-                stale = parts.aggregator.stale_dropped
-                agg = parts.aggregator.add(state, rec.pairs())
-                if parts.aggregator.stale_dropped > stale:
-                    metrics.STALE_EMBEDDINGS.inc(parts.aggregator.stale_dropped - stale)
-                if agg is not None:
-                    # Store first, then state: a crash in between re-adds the same pairs and
-                    # writes the same aggregate again (idempotent).
-                    await write_with_retry(
-                        "write_aggregates",
-                        lambda a=agg: parts.store.write_aggregates(
-                            [a], settings.aggregate_store_ttl_ms
-                        ),
-                    )
-                    metrics.AGGREGATES.inc()
-                    parts.aggregate_times[rec.user_id] = agg.event_time_ms
-                    aggregates[rec.user_id] = state.to_json()
+                async with processing(event):
+                    state = AggregateState.from_json(aggregates.get(rec.user_id))
+                    stale = parts.aggregator.stale_dropped
+                    agg = parts.aggregator.add(state, rec.pairs())
+                    if parts.aggregator.stale_dropped > stale:
+                        metrics.STALE_EMBEDDINGS.inc(parts.aggregator.stale_dropped - stale)
+                    if agg is not None:
+                        # Store first, then state: a crash in between re-adds the same pairs and
+                        # writes the same aggregate again (idempotent).
+                        await write_with_retry(
+                            "write_aggregates",
+                            lambda a=agg: parts.store.write_aggregates(
+                                [a], settings.aggregate_store_ttl_ms
+                            ),
+                        )
+                        metrics.AGGREGATES.inc()
+                        parts.aggregate_times[rec.user_id] = agg.event_time_ms
+                        aggregates[rec.user_id] = state.to_json()
 
     @app.timer(interval=1.0)
     async def flush_counters() -> None:

@@ -42,3 +42,12 @@ def test_embedding_of_an_evicted_bucket_is_ignored_and_state_survives_json() -> 
     assert agg.add(state, [emb(10, T0 + 10 * 60_000, 1.0)]) is None
     out = agg.add(state, [emb(12, T0 + 26 * H + 1, 5.0)])
     assert out is not None and out.count == 2 and out.array()[0] == pytest.approx(4.0)
+
+
+def test_embedding_of_another_size_is_refused_with_a_clear_error() -> None:
+    agg = RollingAggregator(window_ms=24 * H, bucket_ms=H)
+    state = AggregateState()
+    agg.add(state, [emb(10, T0, 1.0)])
+    wide = PairEmbedding(1, 11, T0 + 1, "v1", VectorDtype.FLOAT16.value, 8, bytes(16))
+    with pytest.raises(ValueError, match="dim 8 for user 1's 4-dim aggregate"):
+        agg.add(state, [wide])

@@ -1,0 +1,89 @@
+"""The FM step over a micro-batch of ``verified`` messages, with one bad message isolated.
+
+Each message is checked before the FM sees it (sorted history times, labels in {0, 1}, one
+strategy per item); the batch then goes through the FM in one call. If that call fails, the
+batch is split and each message embedded alone, so only the message that fails is reported (and
+dead-lettered by the caller) while every other message of the batch is embedded: before, one
+poison message lost its whole batch (Faust acked the in-flight events when the agent crashed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from schemas.records import PairEmbedding, PairProposal, ProposalBatch
+from streams.engine.history import UserHistory
+
+E = TypeVar("E")  #: the caller's handle of a message (a Faust event)
+EmbedFn = Callable[[list[PairProposal], list[UserHistory]], Awaitable[list[PairEmbedding]]]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedInput(Generic[E]):
+    """One verified message ready for the FM."""
+
+    event: E
+    batch: ProposalBatch
+    pairs: list[PairProposal]
+    histories: list[UserHistory]
+
+
+def embed_input(event: E, b: ProposalBatch) -> EmbedInput[E]:
+    """Validate ``b`` and build its FM inputs; raises ``ValueError`` (or the history's
+    ``InputError``) naming what is wrong."""
+    if len(b.item_ids) != len(b.strategies):
+        raise ValueError(f"{len(b.item_ids)} items but {len(b.strategies)} strategies")
+    if any(label not in (0, 1) for label in b.history_labels):
+        raise ValueError(f"history labels must be 0 or 1, got {sorted(set(b.history_labels))}")
+    hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)  # sorted times
+    pairs = [
+        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
+        for item, strategy in zip(b.item_ids, b.strategies, strict=True)
+    ]
+    return EmbedInput(event, b, pairs, [hist] * len(pairs))
+
+
+@dataclass
+class EmbedOutcome(Generic[E]):
+    """Per message: its embeddings, or the error that made it fail."""
+
+    done: list[tuple[EmbedInput[E], list[PairEmbedding]]]
+    failed: list[tuple[EmbedInput[E], Exception]]
+    fm_calls: int = 0
+
+
+async def embed_isolating(
+    items: Sequence[EmbedInput[E]],
+    embed: EmbedFn,
+    passthrough: tuple[type[BaseException], ...] = (),
+) -> EmbedOutcome[E]:
+    """Embed ``items`` in one FM call; on failure, one call per message to isolate the bad
+    ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate."""
+    out: EmbedOutcome[E] = EmbedOutcome([], [])
+    todo = [it for it in items if it.pairs]
+    if not todo:
+        return out
+    try:
+        out.fm_calls += 1
+        vectors = await embed(
+            [p for it in todo for p in it.pairs], [h for it in todo for h in it.histories]
+        )
+    except passthrough:
+        raise
+    except Exception as exc:
+        if len(todo) == 1:
+            out.failed.append((todo[0], exc))
+            return out
+        for it in todo:
+            one = await embed_isolating([it], embed, passthrough)
+            out.done += one.done
+            out.failed += one.failed
+            out.fm_calls += one.fm_calls
+        return out
+    offset = 0
+    for it in todo:
+        out.done.append((it, vectors[offset : offset + len(it.pairs)]))
+        offset += len(it.pairs)
+    return out

@@ -1,0 +1,75 @@
+"""One poison message in an FM micro-batch is isolated; the rest of the batch is embedded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from models.errors import InputError
+from schemas.records import PairEmbedding, PairProposal, ProposalBatch
+from streams.engine.history import UserHistory
+from streams.live.embed_batches import embed_input, embed_isolating
+
+T0 = 1_704_067_200_000
+
+
+def batch(user: int, times: tuple[int, ...] = (T0 - 2, T0 - 1), labels=(0, 1)) -> ProposalBatch:
+    return ProposalBatch(
+        f"r{user}", user, T0, 3, (10, 11), ("c", "c"), (0.5, 0.4), (1, 2), labels, times
+    )
+
+
+def fake_embed(poison_user: int | None = None):
+    calls: list[int] = []
+
+    async def embed(pairs: list[PairProposal], hists: list[UserHistory]) -> list[PairEmbedding]:
+        calls.append(len(pairs))
+        if any(p.user_id == poison_user for p in pairs):
+            raise RuntimeError("the FM rejected this input")
+        return [
+            PairEmbedding(p.user_id, p.item_id, p.event_time_ms, "v", "FLOAT16", 1, b"\0\0")
+            for p in pairs
+        ]
+
+    return embed, calls
+
+
+def test_valid_batch_is_one_fm_call() -> None:
+    embed, calls = fake_embed()
+    items = [embed_input(u, batch(u)) for u in range(5)]
+    out = asyncio.run(embed_isolating(items, embed))
+    assert calls == [10] and not out.failed
+    assert [(it.event, len(e)) for it, e in out.done] == [(u, 2) for u in range(5)]
+
+
+def test_a_failing_message_is_isolated_and_the_rest_embedded() -> None:
+    embed, calls = fake_embed(poison_user=3)
+    items = [embed_input(u, batch(u)) for u in range(6)]
+    out = asyncio.run(embed_isolating(items, embed))
+    assert [it.event for it, _ in out.failed] == [3]
+    assert sorted(it.event for it, _ in out.done) == [0, 1, 2, 4, 5]
+    assert calls == [12, 2, 2, 2, 2, 2, 2] and out.fm_calls == 7
+
+
+def test_infrastructure_errors_propagate() -> None:
+    class Down(Exception):
+        pass
+
+    async def embed(pairs, hists):  # type: ignore[no-untyped-def]
+        raise Down("broker gone")
+
+    with pytest.raises(Down):
+        asyncio.run(embed_isolating([embed_input(1, batch(1))], embed, (Down,)))
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (batch(1, times=(T0 - 1, T0 - 2)), InputError),  # history not oldest first
+        (batch(1, labels=(0, 300)), ValueError),  # label outside {0, 1}
+    ],
+)
+def test_embed_input_rejects_broken_preconditions(bad: ProposalBatch, error: type) -> None:
+    with pytest.raises(error):
+        embed_input(0, bad)
