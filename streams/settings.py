@@ -74,7 +74,15 @@ class Settings(BaseSettings):
     )
     embedding_dim: int = Field(64, gt=0, description="FM interaction-embedding dimension d.")
     history_len: int = Field(20, gt=0, description="Last-L interactions fed to the FM.")
-    embed_batch_size: int = Field(128, gt=0, description="FM micro-batch size.")
+    embed_batch_size: int = Field(
+        128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."
+    )
+    embed_batch_pairs: int = Field(
+        1024,
+        gt=0,
+        description="Most pairs per FM call: a micro-batch with more is split (bounded latency "
+        "and memory per call, e.g. GPU memory).",
+    )
     embed_max_wait_ms: int = Field(50, ge=0, description="FM micro-batch max wait (wall clock).")
     onnx_threads: int = Field(
         1, ge=0, description="onnxruntime intra-op threads (0 = ORT default)."

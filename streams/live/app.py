@@ -44,7 +44,13 @@ from streams.engine.ledger import is_fresh, record
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, dead_letter_for, decode
-from streams.live.embed_batches import EmbedInput, embed_input, embed_isolating
+from streams.live.embed_batches import (
+    EmbedInput,
+    EmbedOutcome,
+    chunk_by_pairs,
+    embed_input,
+    embed_isolating,
+)
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
 from streams.live.offload import MODEL_POOL, STORE_POOL, in_pool
 from streams.live.retry import write_with_retry
@@ -331,15 +337,20 @@ def create_app(
             return await in_pool(MODEL_POOL, parts.embedder.embed, pairs, histories)
 
         async def _embed(items: list[EmbedInput[Any]]) -> None:
-            start = time.perf_counter()
-            outcome = await embed_isolating(items, _fm, INFRA_ERRORS)
+            outcome = EmbedOutcome[Any]([], [])
+            for group in chunk_by_pairs(items, settings.embed_batch_pairs):
+                start = time.perf_counter()
+                part = await embed_isolating(group, _fm, INFRA_ERRORS)
+                metrics.FM_LATENCY.observe(time.perf_counter() - start)
+                metrics.FM_BATCH_SIZE.observe(sum(len(it.pairs) for it in group))
+                outcome.done += part.done
+                outcome.failed += part.failed
+                outcome.fm_calls += part.fm_calls
             for item, exc in outcome.failed:
                 await dead_for(item.event, exc)
             embeddings = [e for _, mine in outcome.done for e in mine]
             if not embeddings:
                 return
-            metrics.FM_LATENCY.observe(time.perf_counter() - start)
-            metrics.FM_BATCH_SIZE.observe(len(embeddings))
             await write_with_retry(
                 "write_pairs", lambda: parts.store.write_pairs(embeddings, settings.pair_ttl_ms)
             )

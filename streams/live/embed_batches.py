@@ -87,3 +87,17 @@ async def embed_isolating(
         out.done.append((it, vectors[offset : offset + len(it.pairs)]))
         offset += len(it.pairs)
     return out
+
+
+def chunk_by_pairs(items: Sequence[EmbedInput[E]], max_pairs: int) -> list[list[EmbedInput[E]]]:
+    """Consecutive groups of ``items`` with at most ``max_pairs`` pairs each (a message with
+    more pairs than that forms a group of its own: a message is never split)."""
+    groups: list[list[EmbedInput[E]]] = []
+    size = 0
+    for it in items:
+        if not groups or (size + len(it.pairs) > max_pairs and groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append(it)
+        size += len(it.pairs)
+    return groups

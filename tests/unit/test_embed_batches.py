@@ -73,3 +73,14 @@ def test_infrastructure_errors_propagate() -> None:
 def test_embed_input_rejects_broken_preconditions(bad: ProposalBatch, error: type) -> None:
     with pytest.raises(error):
         embed_input(0, bad)
+
+
+def test_chunk_by_pairs_caps_pairs_and_never_splits_a_message() -> None:
+    from streams.live.embed_batches import chunk_by_pairs
+
+    items = [embed_input(u, batch(u)) for u in range(7)]  # 2 pairs each
+    groups = chunk_by_pairs(items, 5)
+    assert [[it.event for it in g] for g in groups] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert chunk_by_pairs(items, 1) == [[it] for it in items]  # larger than the cap: alone
+    assert chunk_by_pairs(items, 100) == [items]
+    assert chunk_by_pairs([], 5) == []
