@@ -117,7 +117,8 @@ def demo(
         c = offline["cumulative"]
         console.print(
             f"offline simulator, same requests: exact {c['exact']:.3f}, +aggregate "
-            f"{c['with_aggregate']:.3f}, +neighbours {c['with_neighbours']:.3f}, "
+            f"{c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
+            f"+neighbours' aggregates {c['with_neighbours']:.3f}, "
             f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
         )
         if "ne" in offline:
