@@ -117,12 +117,14 @@ class Settings(BaseSettings):
         ),
     )
     neighbour_min_similarity: float = Field(
-        0.0,
+        0.5,
         ge=-1.0,
         lt=1.0,
         description=(
-            "Cosine similarity a neighbour must exceed to serve in the neighbour tier (neighbour "
-            "lists and the ranker's cold-start queries)."
+            "Cosine similarity (of centred user representations) a neighbour must exceed to serve "
+            "in the neighbour tiers (neighbour lists and the ranker's cold-start queries). 0.5 "
+            "measured on ml-latest-small: +neighbours coverage 0.986 -> 0.976, transfer ratio at "
+            "achieved coverage 0.578 -> 0.631 (vs 0.0)."
         ),
     )
     neighbour_interval_ms: int = Field(
