@@ -25,6 +25,15 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SOLARIS_", frozen=True, extra="ignore")
 
+    # --- Network ------------------------------------------------------------------------------
+    bind_host: str = Field(
+        "127.0.0.1",
+        description=(
+            "Address the Prometheus metrics endpoints and the Faust web server listen on "
+            "(loopback by default; 0.0.0.0 to expose them, e.g. to a Prometheus in a cluster)."
+        ),
+    )
+
     # --- Kafka ---------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     topic_prefix: str = Field("solaris", description="Prefix of every topic name.")

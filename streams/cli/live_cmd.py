@@ -60,7 +60,7 @@ def worker(
     create_changelog_topics(settings, list(changelogs))
     _refuse_unless_copartitioned(settings, changelogs)
     if metrics_port:
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr=settings.bind_host)
     console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
 
@@ -108,7 +108,7 @@ def ranker(
     )
     service = RankerService(settings, reader, models.solaris, models.items, options, models.vm)
     if metrics_port:
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr=settings.bind_host)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     signal.signal(signal.SIGINT, lambda *_: service.stop())
     console.print(f"ranker: group {options.group_id}")

@@ -104,6 +104,7 @@ def create_app(
         topic_replication_factor=settings.topic_replication,
         web_enabled=web_port is not None,
         web_port=web_port or 6066,
+        web_bind=settings.bind_host,
         consumer_auto_offset_reset="earliest",
         key_serializer="json",  # tables: int user ids -> JSON values; topics override with raw
         value_serializer="json",
