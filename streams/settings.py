@@ -6,14 +6,37 @@ Every field maps to an env var ``SOLARIS_<FIELD>`` (e.g. ``SOLARIS_KAFKA_BOOTSTR
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 HOUR_MS = 3_600_000
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+#: variables of the shell scripts under ``infra/`` (their own knobs, not settings of the code)
+SCRIPT_VARIABLES = frozenset(
+    {
+        "SOLARIS_PYTHON",
+        "SOLARIS_BOOTSTRAP_PYTHON",
+        "SOLARIS_EXTRAS",
+        "SOLARIS_KAFKA_PORT",
+        "SOLARIS_KAFKA_CONTROLLER_PORT",
+        "SOLARIS_KAFKA_DATA_DIR",
+        "SOLARIS_KAFKA_HEAP",
+        "SOLARIS_KAFKA_LOG_LINES",
+        "SOLARIS_KAFKA_START_TIMEOUT",
+        "SOLARIS_KAFKA_STOP_TIMEOUT",
+        "SOLARIS_REDIS_PORT",
+        "SOLARIS_REDIS_DATA_DIR",
+        "SOLARIS_REDIS_START_TIMEOUT",
+        "SOLARIS_REDIS_STOP_TIMEOUT",
+    }
+)
 
 
 def _default_data_dir() -> Path:
@@ -24,6 +47,18 @@ class Settings(BaseSettings):
     """All SOLARIS knobs with their defaults; see README "Settings" for the table."""
 
     model_config = SettingsConfigDict(env_prefix="SOLARIS_", frozen=True, extra="ignore")
+
+    @model_validator(mode="after")
+    def _no_unknown_variables(self) -> Settings:
+        """A misspelt ``SOLARIS_*`` variable would otherwise be ignored silently (the default
+        applies and nobody notices): refuse to start and name it."""
+        unknown = unknown_variables(os.environ)
+        if unknown:
+            raise ValueError(
+                f"unknown environment variables {unknown}: not a SOLARIS setting (see README "
+                "'Settings'); unset or correct them"
+            )
+        return self
 
     # --- Network ------------------------------------------------------------------------------
     bind_host: str = Field(
@@ -177,3 +212,9 @@ class Settings(BaseSettings):
     def aggregate_store_ttl_ms(self) -> int:
         """Physical TTL of stored aggregates: as long as any tier may still read them."""
         return max(self.aggregate_ttl_ms, self.neighbour_aggregate_ttl_ms)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``SOLARIS_*`` names in ``environ`` that are neither a setting nor a script variable."""
+    known = {f"SOLARIS_{name.upper()}" for name in Settings.model_fields} | SCRIPT_VARIABLES
+    return sorted(k for k in environ if k.upper().startswith("SOLARIS_") and k.upper() not in known)
