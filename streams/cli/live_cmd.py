@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -216,8 +216,18 @@ def lag(
     group: Annotated[
         list[str] | None, typer.Option("--group", help="Group(s); default all SOLARIS groups.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the rows as JSON (for scripts).")
+    ] = False,
+    max_lag: Annotated[
+        int | None,
+        typer.Option("--max-lag", help="Exit 1 when any partition lags by more than this."),
+    ] = None,
 ) -> None:
     """Consumer lag per group / topic / partition (committed vs end offsets)."""
+    import json
+    from dataclasses import asdict
+
     from streams.lag import LagReader
 
     settings = Settings()
@@ -226,11 +236,45 @@ def lag(
         rows = reader.lag(group or reader.groups())
     finally:
         reader.close()
-    table = Table("group", "topic", "partition", "committed", "end", "lag")
+    worst = max((r.lag for r in rows), default=0)
+    if as_json:
+        body = [{**asdict(r), "lag": r.lag} for r in rows]
+        typer.echo(json.dumps({"max_lag": worst, "rows": body}))
+    else:
+        console.print(lag_table(settings, rows))
+        console.print(f"max lag {worst}")
+    if max_lag is not None and worst > max_lag:
+        if not as_json:
+            console.print(f"[red]lag {worst} exceeds --max-lag {max_lag}[/red]")
+        raise typer.Exit(1)
+
+
+def lag_table(settings: Settings, rows: list[Any]) -> Table:
+    """Rows named relative to the topic prefix, so the table stays readable at 80 columns
+    (full names share a long prefix, and narrow terminals cut them to the same text)."""
+    p = settings.topic_prefix
+
+    def short(name: str) -> str:
+        for sep in (".", "-"):
+            if name.startswith(p + sep):
+                return name[len(p) + 1 :]
+        return name
+
+    table = Table(title=f"consumer lag (prefix {p})")
+    table.add_column("group", overflow="fold")
+    table.add_column("topic", overflow="fold")
+    for name in ("part", "committed", "end", "lag"):
+        table.add_column(name, justify="right")
     for r in rows:
-        table.add_row(r.group, r.topic, str(r.partition), str(r.committed), str(r.end), str(r.lag))
-    console.print(table)
-    console.print(f"max lag {max((r.lag for r in rows), default=0)}")
+        table.add_row(
+            short(r.group),
+            short(r.topic),
+            str(r.partition),
+            str(r.committed),
+            str(r.end),
+            str(r.lag),
+        )
+    return table
 
 
 def coverage(
@@ -246,6 +290,7 @@ def coverage(
     bundle: Annotated[
         Path | None, typer.Option("--bundle", help="FM bundle for --quality (default: settings).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """The live coverage table (from the ranker's and workers' shared counters)."""
     from streams.live.report import coverage_table, live_summary
@@ -262,7 +307,12 @@ def coverage(
             from streams.live.quality import live_quality
 
             summary["quality"] = live_quality(settings, fm)
-        console.print(coverage_table(settings, summary))
+        if as_json:
+            import json
+
+            typer.echo(json.dumps(summary, default=float))
+        else:
+            console.print(coverage_table(settings, summary))
         if watch is None:
             return
         time.sleep(watch)

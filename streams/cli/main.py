@@ -35,9 +35,24 @@ demo_cmd.register(app)
 bench_cmd.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"solaris {version('solaris')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     log_json: bool = typer.Option(False, "--log-json", help="Logs as JSON lines (for shipping)."),
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the installed version and exit.",
+    ),
 ) -> None:
     """Configure structured logging once for every sub-command."""
     from streams.logs import configure_logging

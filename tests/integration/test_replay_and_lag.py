@@ -108,6 +108,7 @@ def test_lag_counts_uncommitted_messages(
         rows = reader.lag([group], [topic])
         assert sum(r.lag for r in rows) == 6
         assert not reader.wait_drained([group], [topic], timeout_s=1.0, poll_s=0.1)
+        _check_lag_cli(test_settings, group)
     finally:
         consumer.close()
         reader.close()
@@ -116,3 +117,29 @@ def test_lag_counts_uncommitted_messages(
 def test_partition_lag_when_nothing_committed() -> None:
     assert PartitionLag("g", "t", 0, NOTHING_COMMITTED, 7).lag == 7
     assert PartitionLag("g", "t", 0, 5, 7).lag == 2
+
+
+def _check_lag_cli(settings: Settings, group: str) -> None:
+    """`solaris lag`: JSON for scripts, --max-lag as an exit code, readable at 80 columns."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from streams.cli.main import app
+
+    env = {
+        "SOLARIS_TOPIC_PREFIX": settings.topic_prefix,
+        "SOLARIS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "COLUMNS": "80",
+    }
+    runner = CliRunner()
+    out = runner.invoke(app, ["lag", "--group", group, "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.stdout)
+    assert body["max_lag"] == 6 and sum(r["lag"] for r in body["rows"]) == 6
+    assert {r["group"] for r in body["rows"]} == {group}
+    assert runner.invoke(app, ["lag", "--group", group, "--max-lag", "5"], env=env).exit_code == 1
+    table = runner.invoke(app, ["lag", "--group", group, "--max-lag", "6"], env=env)
+    assert table.exit_code == 0
+    assert "probe" in table.stdout and "requests" in table.stdout  # names relative to the prefix
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
