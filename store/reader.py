@@ -78,6 +78,8 @@ class ReaderStats:
     timeouts: int = 0
     store_errors: int = 0
     corrupt_values: int = 0
+    #: lookups that hit an unexpected error (a bug or a bad snapshot): served as missing
+    internal_errors: int = 0
     cold_start_queries: int = 0
     tiers: np.ndarray = field(default_factory=lambda: np.zeros(len(Tier), dtype=np.int64))
 
@@ -127,6 +129,12 @@ class FeatureReader:
             except StoreError as exc:
                 self.stats.store_errors += 1
                 log.warning("store read failed; serving missing", extra={"error": str(exc)})
+            except Exception:  # the ranker must never fail a request on its features
+                self.stats.internal_errors += 1
+                log.exception("feature lookup failed; serving missing")
+                out.vectors[:] = 0.0  # a half-filled row must not pass for a served value
+                out.tiers[:] = Tier.MISSING
+                out.ages_ms[:] = -1
         self.stats.tiers += np.bincount(out.tiers, minlength=len(Tier))
         return out
 

@@ -83,6 +83,8 @@ class RankerService:
         self.read_ms: deque[float] = deque(maxlen=READ_MS_WINDOW)
         self.requests = 0
         self.bad = 0
+        #: messages whose handling raised (logged and skipped)
+        self.failed = 0
         self.stats = LiveStats(settings, "ranker")
         self._stop = threading.Event()
         self._published_timeouts = self._published_errors = 0
@@ -138,10 +140,14 @@ class RankerService:
                         log.warning("consumer error", extra={"error": str(msg.error())})
                     continue
                 idle_since = time.monotonic()
-                if msg.topic() == s.topic("impressions"):
-                    self._on_impression(msg.value())
-                    continue
-                self._handle(msg.value(), producer)
+                try:
+                    if msg.topic() == s.topic("impressions"):
+                        self._on_impression(msg.value())
+                        continue
+                    self._handle(msg.value(), producer)
+                except Exception:  # one bad message must not stop the ranker
+                    self.failed += 1
+                    log.exception("ranker failed on a message; skipped")
                 if producer is not None:
                     producer.poll(0)
         finally:
@@ -234,6 +240,8 @@ class RankerService:
                 **counts,
                 "requests": self.requests,
                 "bad_requests": self.bad,
+                "failed_messages": self.failed,
+                "reader_internal_errors": st.internal_errors,
                 "ignored_snapshots": self.ignored_snapshots,
                 "served_distinct": self.speculation.served,
                 "timeouts": st.timeouts,

@@ -175,3 +175,19 @@ def test_neighbour_aggregates_may_be_older_than_the_user_aggregate_ttl(
     assert tiers.tolist() == [Tier.NEIGHBOUR_AGGREGATE] and ages.tolist() == [2 * HOUR + 1]
     np.testing.assert_allclose(vectors[0], vec(4.0))
     assert r.lookup(1, [10], T0 + 3 * HOUR + 1).tiers.tolist() == [Tier.MISSING]
+
+
+def test_lookup_never_raises_on_unexpected_errors(store: InMemoryStore) -> None:
+    class Broken:
+        def neighbours_for_items(
+            self, item_ids: Sequence[int], k: int, exclude_user: int
+        ) -> tuple[np.ndarray, np.ndarray]:
+            raise ValueError("matmul: size 16 is different from 8")  # a foreign snapshot
+
+    store.write_pairs([pair(9, 10, T0, 1.5)], HOUR)
+    r = FeatureReader(store, ReaderConfig(dim=DIM), cold_start=Broken())
+    vectors, tiers, ages = r.lookup(9, [10, 11], T0 + 1)
+    # the exact hit was read before the failure, but a half-done lookup serves nothing
+    assert tiers.tolist() == [Tier.MISSING, Tier.MISSING]
+    assert not vectors.any() and ages.tolist() == [-1, -1]
+    assert r.stats.internal_errors == 1
