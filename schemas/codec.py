@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+from functools import cache
 from typing import Any, TypeVar, cast
 
 import fastavro
@@ -16,7 +17,7 @@ import fastavro
 from schemas.errors import BadHeader, DecodeError, InvalidField, SchemaError, WrongRecordType
 from schemas.limits import Limits
 from schemas.records import EmbeddingBatch, NeighbourList, ProposalBatch, RequestEvent
-from schemas.registry import entry_for, parsed_schemas, wire_id_of
+from schemas.registry import SchemaSet, default_schemas
 from schemas.validation import validate
 
 MAGIC = 0
@@ -42,19 +43,19 @@ _TUPLE_FIELDS: dict[type, tuple[str, ...]] = {
 class Codec:
     """Encode and decode SOLARIS records. Thread-safe; holds no per-message state."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, schemas: SchemaSet | None = None) -> None:
         self.limits = limits or Limits()
-        self._schemas = parsed_schemas()
+        self.schemas = schemas or default_schemas()
 
     def encode(self, record: Any) -> bytes:
         """Validate and encode ``record``; raises :class:`SchemaError` subclasses."""
         validate(record, self.limits)
-        wire_id = wire_id_of(type(record))
+        wire_id = self.schemas.reader_id(type(record))
         buf = io.BytesIO()
         buf.write(_HEADER.pack(MAGIC, wire_id))
-        body = {name: getattr(record, name) for name in record.__slots__}
+        body = {name: getattr(record, name) for name in _fields(type(record))}
         try:
-            fastavro.schemaless_writer(buf, self._schemas[wire_id], body)
+            fastavro.schemaless_writer(buf, self.schemas.schema(wire_id), body)
         except (ValueError, TypeError, OverflowError) as exc:
             raise InvalidField(type(record).__name__, "?", f"cannot encode: {exc}") from exc
         return buf.getvalue()
@@ -66,13 +67,16 @@ class Codec:
         magic, wire_id = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise BadHeader(f"magic byte {magic:#x}, expected {MAGIC:#x}")
-        entry = entry_for(wire_id)
+        entry = self.schemas.entry(wire_id)
         if expect is not None and entry.record_type is not expect:
             raise WrongRecordType(f"got {entry.record_type.__name__}, expected {expect.__name__}")
+        writer = self.schemas.schema(wire_id)
+        reader_id = self.schemas.reader_id(entry.record_type)
+        reader = None if reader_id == wire_id else self.schemas.schema(reader_id)
         buf = io.BytesIO(data)
         buf.seek(_HEADER.size)
         try:
-            body = fastavro.schemaless_reader(buf, self._schemas[wire_id], None)
+            body = fastavro.schemaless_reader(buf, writer, reader)
         except SchemaError:
             raise
         except Exception as exc:  # fastavro raises many types on corrupt input
@@ -82,8 +86,18 @@ class Codec:
                 f"{entry.record_type.__name__}: {len(data) - buf.tell()} trailing bytes"
             )
         body = cast(dict[str, Any], body)
-        for name in _TUPLE_FIELDS.get(entry.record_type, ()):
-            body[name] = tuple(body[name])
+        for cls in entry.record_type.__mro__:
+            for name in _TUPLE_FIELDS.get(cls, ()):
+                body[name] = tuple(body[name])
         record = entry.record_type(**body)
         validate(record, self.limits)
         return cast(T, record)
+
+
+@cache
+def _fields(record_type: type) -> tuple[str, ...]:
+    """Field names of a record class, base class first (slots of every class in the MRO)."""
+    names: list[str] = []
+    for cls in reversed(record_type.__mro__):
+        names += [n for n in getattr(cls, "__slots__", ()) if n not in names]
+    return tuple(names)

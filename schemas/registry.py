@@ -85,3 +85,58 @@ def entry_for(wire_id: int) -> SchemaEntry:
         if entry.wire_id == wire_id:
             return entry
     raise UnknownSchema(f"unknown schema id {wire_id} (known: {[e.wire_id for e in ENTRIES]})")
+
+
+@dataclass(frozen=True)
+class SchemaSet:
+    """The schemas one codec knows: every writer version by wire id, and per record type the
+    *reader* version its records are decoded into (default: the newest registered).
+
+    Decoding resolves writer → reader schema (Avro schema resolution): a newer reader fills a
+    field the writer lacked from its default; an older reader skips a field it does not know.
+    ``inline`` maps wire ids to schema JSON for entries without a file (tests, tools).
+    """
+
+    entries: tuple[SchemaEntry, ...]
+    reader_ids: dict[type, int] | None = None
+    inline: dict[int, dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        named: dict[str, Any] = {}
+        parsed = {}
+        for e in self.entries:
+            raw = (self.inline or {}).get(e.wire_id) or load_schema_json(e.filename)
+            parsed[e.wire_id] = fastavro.parse_schema(raw, named)
+        readers: dict[type, int] = {}
+        for e in self.entries:  # newest version per type, unless told otherwise
+            readers[e.record_type] = max(readers.get(e.record_type, e.wire_id), e.wire_id)
+        readers.update(self.reader_ids or {})
+        # lookups on the decode hot path are dict hits
+        object.__setattr__(self, "_parsed", parsed)
+        object.__setattr__(self, "_by_id", {e.wire_id: e for e in self.entries})
+        object.__setattr__(self, "_readers", readers)
+
+    def entry(self, wire_id: int) -> SchemaEntry:
+        entry: SchemaEntry | None = self._by_id.get(wire_id)  # type: ignore[attr-defined]
+        if entry is None:
+            raise UnknownSchema(
+                f"unknown schema id {wire_id} (known: {[e.wire_id for e in self.entries]})"
+            )
+        return entry
+
+    def schema(self, wire_id: int) -> Any:
+        self.entry(wire_id)  # raises UnknownSchema
+        return self._parsed[wire_id]  # type: ignore[attr-defined]
+
+    def reader_id(self, record_type: type) -> int:
+        """The wire id whose schema ``record_type`` is decoded into (and encoded with)."""
+        wire_id: int | None = self._readers.get(record_type)  # type: ignore[attr-defined]
+        if wire_id is None:
+            raise UnknownSchema(f"no schema registered for {record_type.__name__}")
+        return wire_id
+
+
+@cache
+def default_schemas() -> SchemaSet:
+    """Every schema of :data:`ENTRIES`, newest version as reader."""
+    return SchemaSet(ENTRIES)

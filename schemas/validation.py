@@ -185,4 +185,11 @@ VALIDATORS: dict[type, Callable[[Any, Limits], None]] = {
 
 def validate(record: Any, limits: Limits) -> None:
     """Raise :class:`InvalidField` if ``record`` breaks a rule; return None otherwise."""
-    VALIDATORS[type(record)](record, limits)
+    # By class hierarchy: a newer schema version's record class extends the older one and keeps
+    # its rules (schema evolution adds defaulted fields).
+    for cls in type(record).__mro__:
+        rule = VALIDATORS.get(cls)
+        if rule is not None:
+            rule(record, limits)
+            return
+    raise KeyError(f"no validation rules for {type(record).__name__}")
