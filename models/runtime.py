@@ -91,6 +91,26 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+def resolve_providers(requested: Sequence[str] | None) -> list[str]:
+    """The execution providers to use, in order.
+
+    ``None`` / empty = automatic: CUDA when this onnxruntime build has it, else CPU. An explicit
+    list is a requirement: a provider this build lacks (e.g. ``CUDAExecutionProvider`` on the
+    CPU wheel, or without a GPU) raises :class:`InferenceError` naming what is available,
+    instead of silently running on CPU at a fraction of the expected speed.
+    """
+    available = available_providers()
+    if not requested:
+        return [p for p in (CUDA, CPU) if p in available] or [CPU]
+    missing = [p for p in requested if p not in available]
+    if missing:
+        raise InferenceError(
+            f"onnxruntime providers {missing} were requested but this build offers {available} "
+            "(for CUDA install the 'gpu' extra on a host with a GPU)"
+        )
+    return list(requested)
+
+
 class OnnxSession:
     """An ``InferenceSession`` with our defaults: CUDA when available, fixed threads, warmed up.
 
@@ -106,8 +126,7 @@ class OnnxSession:
         warmup: bool = True,
     ) -> None:
         self.path = Path(path)
-        wanted = list(providers) if providers else [CUDA, CPU]
-        usable = [p for p in wanted if p in available_providers()] or [CPU]
+        usable = resolve_providers(providers)
         opts = ort.SessionOptions()
         if threads > 0:
             opts.intra_op_num_threads = threads

@@ -50,7 +50,8 @@ def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[Eng
     from models.bundle import load_bundle
 
     path = bundle_dir or settings.bundle_dir or newest_bundle(settings.model_dir)
-    bundle = load_bundle(path, threads=settings.onnx_threads)
+    providers = [p.strip() for p in settings.onnx_providers.split(",") if p.strip()]
+    bundle = load_bundle(path, threads=settings.onnx_threads, providers=providers or None)
     items = BundleItemVectors(path / ITEM_VECTORS) if (path / ITEM_VECTORS).is_file() else None
     if items is None:
         log.warning(

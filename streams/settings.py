@@ -128,6 +128,14 @@ class Settings(BaseSettings):
         "and memory per call, e.g. GPU memory).",
     )
     embed_max_wait_ms: int = Field(50, ge=0, description="FM micro-batch max wait (wall clock).")
+    onnx_providers: str = Field(
+        "",
+        description=(
+            "Comma-separated onnxruntime execution providers, e.g. 'CUDAExecutionProvider,"
+            "CPUExecutionProvider'; empty = CUDA when available, else CPU. An explicit provider "
+            "that is not available is an error (no silent fall-back to CPU)."
+        ),
+    )
     onnx_threads: int = Field(
         1, ge=0, description="onnxruntime intra-op threads (0 = ORT default)."
     )

@@ -12,7 +12,7 @@ import pytest
 
 from models.bundle import FILES, bundle_key, ensure_bundle, load_bundle
 from models.config import TrainConfig
-from models.errors import BundleError, InputError
+from models.errors import BundleError, InferenceError, InputError
 from models.runtime import (
     CPU,
     TIER_AGGREGATE,
@@ -199,3 +199,28 @@ def test_ensure_bundle_trains_once_per_traffic_and_config(
     # engine-built training features (other knobs, other features) are another bundle
     assert bundle_key(traffic, cfg, "engine:a") != bundle_key(traffic, cfg, "engine:b")
     assert bundle_key(traffic, cfg, "engine:a") != bundle_key(traffic, cfg)
+
+
+def test_requested_provider_that_is_missing_fails_loudly(bundle_dir: Path) -> None:
+    from models.runtime import CUDA, OnnxSession, available_providers, resolve_providers
+
+    assert resolve_providers(None)[-1] == CPU or CUDA in available_providers()
+    assert resolve_providers([CPU]) == [CPU]
+    if CUDA in available_providers():
+        pytest.skip("this host has CUDA: nothing is missing")
+    with pytest.raises(InferenceError, match="CUDAExecutionProvider"):
+        OnnxSession(bundle_dir / "fm.onnx", providers=[CUDA, CPU])
+
+
+def test_settings_providers_reach_the_bundle(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streams.models_loader import load_models
+    from streams.settings import Settings
+
+    monkeypatch.setenv("SOLARIS_ONNX_PROVIDERS", "CPUExecutionProvider")
+    models, _ = load_models(Settings(), bundle_dir)
+    assert models.fm.session.provider == CPU
+    monkeypatch.setenv("SOLARIS_ONNX_PROVIDERS", "NoSuchExecutionProvider")
+    with pytest.raises(InferenceError, match="NoSuchExecutionProvider"):
+        load_models(Settings(), bundle_dir)
