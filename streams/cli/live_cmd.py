@@ -89,6 +89,10 @@ def ranker(
         float | None, typer.Option("--exit-when-idle", help="Stop after this many idle seconds.")
     ] = None,
     bundle: Annotated[Path | None, typer.Option("--bundle")] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option("--health-port", help="Serve /healthz and /readyz here (SOLARIS_BIND_HOST)."),
+    ] = None,
 ) -> None:
     """Run the ranker service: tiered lookups + vm_solaris per request, coverage measured live."""
     from prometheus_client import start_http_server
@@ -111,8 +115,17 @@ def ranker(
         start_http_server(metrics_port, addr=settings.bind_host)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     signal.signal(signal.SIGINT, lambda *_: service.stop())
+    health = None
+    if health_port:
+        from streams.live.health import HealthServer
+
+        health = HealthServer(settings.bind_host, health_port, service.readiness).start()
     console.print(f"ranker: group {options.group_id}")
-    service.run()
+    try:
+        service.run()
+    finally:
+        if health is not None:
+            health.stop()
     console.print(
         f"ranker: {service.requests} requests ranked, coverage {service.coverage.cumulative()}"
     )

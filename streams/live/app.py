@@ -51,6 +51,7 @@ from streams.live.embed_batches import (
     embed_input,
     embed_isolating,
 )
+from streams.live.health import readiness
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
 from streams.live.offload import MODEL_POOL, STORE_POOL, in_pool
 from streams.live.retry import write_with_retry
@@ -402,6 +403,24 @@ def create_app(
                         metrics.AGGREGATES.inc()
                         parts.aggregate_times[rec.user_id] = agg.event_time_ms
                         aggregates[rec.user_id] = state.to_json()
+
+    if web_port is not None:
+
+        @app.page("/readyz")
+        async def readyz(web: Any, request: Any) -> Any:
+            """Ready: partitions assigned, no rebalance or table recovery, store reachable."""
+            checks = {
+                "partitions_assigned": bool(app.consumer.assignment()),
+                "not_rebalancing": not app.rebalancing,
+                "tables_recovered": not (roles & STATEFUL) or not app.tables.recovery.in_recovery,
+                "store_reachable": await in_pool(STORE_POOL, parts.store.ping),
+            }
+            status, body = readiness(checks)
+            return web.json(body, status=status)
+
+        @app.page("/healthz")
+        async def healthz(web: Any, request: Any) -> Any:
+            return web.json({"live": True})
 
     @app.timer(interval=1.0)
     async def flush_counters() -> None:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -83,6 +84,7 @@ class RankerService:
         self.read_ms: deque[float] = deque(maxlen=READ_MS_WINDOW)
         self.requests = 0
         self.bad = 0
+        self._assigned = 0  #: partitions held now (set by the rebalance callbacks)
         #: messages whose handling raised (logged and skipped)
         self.failed = 0
         self.stats = LiveStats(settings, "ranker")
@@ -120,7 +122,11 @@ class RankerService:
         )
         producer = make_producer(s, {"linger.ms": 20}) if self.options.write_scores else None
         # Impressions too: joined to the scores served, they give the live NE (QualityMeter).
-        consumer.subscribe([s.topic("requests"), s.topic("impressions")])
+        consumer.subscribe(
+            [s.topic("requests"), s.topic("impressions")],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+        )
         idle_since = time.monotonic()
         if self.snapshots is not None:
             self.snapshots.start()
@@ -220,6 +226,20 @@ class RankerService:
             items,
             np.full(n, request.event_time_ms, np.int64),
         )
+
+    def _on_assign(self, consumer: Consumer, partitions: list[Any]) -> None:
+        self._assigned = len(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[Any]) -> None:
+        self._assigned = 0
+
+    def readiness(self) -> dict[str, bool]:
+        """What ``/readyz`` reports: partitions assigned (from the rebalance callbacks: no
+        Kafka call from the probe's thread) and the store reachable."""
+        return {
+            "partitions_assigned": self._assigned > 0,
+            "store_reachable": bool(self.reader.store.ping()),
+        }
 
     @property
     def ignored_snapshots(self) -> int:
