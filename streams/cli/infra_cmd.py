@@ -42,11 +42,22 @@ def down(service: str | None = typer.Argument(None, help="kafka or redis; defaul
 
 
 @app.command()
-def status(service: str | None = typer.Argument(None, help="kafka or redis; default both")) -> None:
+def status(
+    service: str | None = typer.Argument(None, help="kafka or redis; default both"),
+    as_json: bool = typer.Option(False, "--json", help="Print the statuses as JSON."),
+) -> None:
     """Show whether each service runs and answers; exit 1 unless all are healthy."""
     settings = Settings()
-    table = Table("service", "healthy", "detail")
     results = [infra.status(name, settings) for name in _services(service)]
+    if as_json:
+        import json
+
+        body = {r.name: {"healthy": r.healthy, "detail": r.detail} for r in results}
+        typer.echo(json.dumps(body))
+        if not all(r.healthy for r in results):
+            raise typer.Exit(1)
+        return
+    table = Table("service", "healthy", "detail")
     for res in results:
         table.add_row(
             res.name, "[green]yes[/green]" if res.healthy else "[red]no[/red]", res.detail

@@ -31,7 +31,9 @@ def create() -> None:
 
 
 @app.command("list")
-def list_topics() -> None:
+def list_topics(
+    as_json: bool = typer.Option(False, "--json", help="Print {topic: partitions} as JSON."),
+) -> None:
     """List the SOLARIS topics on the broker with their partition counts."""
     from streams.topics import admin_client
 
@@ -41,7 +43,14 @@ def list_topics() -> None:
     except Exception as exc:
         console.print(f"[red]cannot reach {settings.kafka_bootstrap}: {exc}[/red]")
         raise typer.Exit(1) from exc
+    names = sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + "."))
+    counts = {name: len(meta.topics[name].partitions) for name in names}
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(counts))
+        return
     table = Table("topic", "partitions")
-    for name in sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + ".")):
-        table.add_row(name, str(len(meta.topics[name].partitions)))
+    for name, n in counts.items():
+        table.add_row(name, str(n))
     console.print(table)

@@ -143,3 +143,27 @@ def _check_lag_cli(settings: Settings, group: str) -> None:
     assert table.exit_code == 0
     assert "probe" in table.stdout and "requests" in table.stdout  # names relative to the prefix
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
+
+
+def test_topics_list_and_infra_status_json(test_settings: Settings, kafka_bootstrap: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from streams.cli.main import app
+
+    create_topics(test_settings, names=("requests", "verified"))
+    env = {
+        "SOLARIS_TOPIC_PREFIX": test_settings.topic_prefix,
+        "SOLARIS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+    }
+    runner = CliRunner()
+    out = runner.invoke(app, ["topics", "list", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {
+        test_settings.topic("requests"): test_settings.topic_partitions,
+        test_settings.topic("verified"): test_settings.topic_partitions,
+    }
+    out = runner.invoke(app, ["infra", "status", "kafka", "--json"], env=env)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["kafka"]["healthy"] is True
