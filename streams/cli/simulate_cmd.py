@@ -41,9 +41,6 @@ def simulate(
     dataset: DatasetOpt = None,
     data_dir: DataDirOpt = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
-    store: Annotated[
-        str, typer.Option("--store", help="memory (event-time clock) or redis.")
-    ] = "memory",
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Also run the budget x TTL grid (+ PNG).")
     ] = False,
@@ -77,10 +74,6 @@ def simulate(
         config = sim_config_from_settings(
             settings, models.fm.dim, int(bounds[3]) if bounds else None, models.fm.model_version
         )
-        if store == "redis":
-            raise typer.BadParameter(
-                "--store redis: use the live pipeline (`make demo`) for Redis runs"
-            )
         task = progress.add_task("simulating", total=None)
 
         def tick(name: str, n: int) -> None:
