@@ -27,8 +27,8 @@ test: setup  ## all tests (unit + integration on a real Kafka and Redis started 
 test-unit: setup  ## unit tests only (no services)
 	@$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-lint: setup  ## ruff lint + format check
-	@$(PY) -m ruff check . && $(PY) -m ruff format --check .
+lint: setup  ## ruff lint + format check + mypy (pydantic plugin) on the serving packages
+	@$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy schemas store streams
 
 format: setup  ## apply ruff fixes and formatting
 	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .

@@ -53,7 +53,8 @@ class Codec:
         wire_id = self.schemas.reader_id(type(record))
         buf = io.BytesIO()
         buf.write(_HEADER.pack(MAGIC, wire_id))
-        body = {name: getattr(record, name) for name in _fields(type(record))}
+        record_type: type = type(record)
+        body = {name: getattr(record, name) for name in _fields(record_type)}
         try:
             fastavro.schemaless_writer(buf, self.schemas.schema(wire_id), body)
         except (ValueError, TypeError, OverflowError) as exc:

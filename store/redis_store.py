@@ -98,10 +98,13 @@ class RedisStore:
 
     def read_snapshots(self) -> dict[str, bytes]:
         try:
-            names = sorted(n.decode() for n in self._writer.smembers(f"{self.layout.prefix}:snaps"))
+            members = self._writer.smembers(f"{self.layout.prefix}:snaps")
+            names = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
             if not names:
                 return {}
-            values = self._writer.mget([f"{self.layout.prefix}:snap:{n}" for n in names])
+            values: list[bytes | None] = self._writer.mget(  # type: ignore[assignment]
+                [f"{self.layout.prefix}:snap:{n}" for n in names]
+            )
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis snapshot read failed: {exc}") from exc
         return {n: v for n, v in zip(names, values, strict=True) if v is not None}
@@ -124,7 +127,8 @@ class RedisStore:
             return ReadResult()
         self.round_trips += 1
         try:
-            values: list[bytes | None] = self._reader(timeout_ms).mget(keys)
+            # bytes: the clients are built without decode_responses
+            values: list[bytes | None] = self._reader(timeout_ms).mget(keys)  # type: ignore[assignment]
         except redis.TimeoutError as exc:
             raise StoreTimeout(f"redis read of {len(keys)} keys exceeded {timeout_ms} ms") from exc
         except redis.RedisError as exc:

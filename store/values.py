@@ -30,7 +30,7 @@ FORMAT_NEIGHBOURS = 3
 _HEAD = struct.Struct("<BBHqI")
 _COUNT = struct.Struct("<I")
 _NB_HEAD = struct.Struct("<BHq")
-_DTYPES = {0: np.dtype("<f2"), 1: np.dtype("<f4")}
+_DTYPES: dict[int, np.dtype] = {0: np.dtype("<f2"), 1: np.dtype("<f4")}
 _DTYPE_CODE = {VectorDtype.FLOAT16.value: 0, VectorDtype.FLOAT32.value: 1}
 
 
@@ -104,7 +104,7 @@ def decode_vector(raw: bytes) -> StoredVector:
             offset += _COUNT.size
         elif fmt != FORMAT_PAIR:
             raise CorruptValue(f"format byte {fmt} is not a vector value")
-        dtype = _DTYPES[dtype_code]
+        dtype: np.dtype = _DTYPES[dtype_code]
     except (struct.error, KeyError) as exc:
         raise CorruptValue(f"cannot decode vector value of {len(raw)} bytes: {exc}") from exc
     data = raw[offset:]

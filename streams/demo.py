@@ -96,7 +96,7 @@ def summary_json(
     out["max_consumer_lag"] = max_lag
     out["replay"] = {"messages": replay.messages, "seconds": replay.seconds, "rate": replay.rate}
     if offline is not None:
-        keys = ("cumulative", "fm_pairs_per_request", "speculation_precision")
+        keys: tuple[str, ...] = ("cumulative", "fm_pairs_per_request", "speculation_precision")
         keys += ("ne", "transfer_ratio_at_achieved", "eval_impressions")
         out["offline"] = {k: offline[k] for k in keys if k in offline}
     return out

@@ -39,7 +39,7 @@ class LagReader:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        conf = {"bootstrap.servers": settings.kafka_bootstrap}
+        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": settings.kafka_bootstrap}
         self.admin = AdminClient(conf)
         self._consumer = Consumer(
             {**conf, "group.id": "solaris-lag-probe", "enable.auto.commit": False}
@@ -97,7 +97,7 @@ class LagReader:
             raise KafkaUnavailable(f"cannot describe groups {groups}: {exc}") from exc
         out: dict[str, set[str]] = {}
         for group, desc in described.items():
-            topics = set()
+            topics: set[str] = set()
             for member in desc.members:
                 if member.assignment is not None:
                     topics.update(tp.topic for tp in member.assignment.topic_partitions)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
 _STD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
-def _extra_fields(_: object, __: str, event: dict[str, object]) -> dict[str, object]:
+def _extra_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Lift the ``extra=`` fields of a stdlib record into the structured event."""
     record = event.get("_record")
     if isinstance(record, logging.LogRecord):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -52,7 +53,7 @@ def _produce(
     key: bytes | None,
     value: bytes | None,
     ts: int,
-    headers: list[tuple[str, bytes]] | None = None,
+    headers: Any = None,  # as the client returns them: a list of (name, value) or None
 ) -> None:
     while True:
         try:
@@ -160,15 +161,16 @@ def replay_topic_range(
             msg = consumer.poll(1.0)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(msg.partition())
+            error, partition = msg.error(), msg.partition()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    open_parts.discard(partition)
                     continue
-                raise KafkaUnavailable(str(msg.error()))
+                raise KafkaUnavailable(str(error))
             ts = msg.timestamp()[1]
-            if ts >= end_ms:
-                open_parts.discard(msg.partition())
-                consumer.pause([TopicPartition(from_topic, msg.partition())])
+            if ts >= end_ms and partition is not None:
+                open_parts.discard(partition)
+                consumer.pause([TopicPartition(from_topic, partition)])
                 continue
             _produce(producer, to_topic, msg.key(), msg.value(), ts, msg.headers())
             n += 1

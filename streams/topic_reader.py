@@ -56,14 +56,16 @@ def read_topic(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition())
+            error = msg.error()
+            partition, offset = msg.partition(), msg.offset()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+                    eof.add(partition)
                     continue
-                raise KafkaUnavailable(f"reading {topic}: {msg.error()}")
-            out.append(
-                Message(msg.partition(), msg.offset(), msg.timestamp()[1], msg.key(), msg.value())
-            )
+                raise KafkaUnavailable(f"reading {topic}: {error}")
+            if partition is None or offset is None:  # never for a fetched record
+                continue
+            out.append(Message(partition, offset, msg.timestamp()[1], msg.key(), msg.value()))
     finally:
         consumer.close()
     out.sort(key=lambda m: (m.partition, m.offset))

@@ -21,6 +21,7 @@ since verified messages carry the user's history.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -323,7 +324,7 @@ def create_app(
 
         @app.agent(topics["verified"], concurrency=1)
         async def on_verified(stream: faust.StreamT) -> None:
-            async for events in stream.take_events(
+            async for events in stream.take_events(  # type: ignore[attr-defined]
                 settings.embed_batch_size, within=settings.embed_max_wait_ms / 1000
             ):
                 items: list[EmbedInput[Any]] = []
@@ -394,12 +395,10 @@ def create_app(
                     if agg is not None:
                         # Store first, then state: a crash in between re-adds the same pairs and
                         # writes the same aggregate again (idempotent).
-                        await write_with_retry(
-                            "write_aggregates",
-                            lambda a=agg: parts.store.write_aggregates(
-                                [a], settings.aggregate_store_ttl_ms
-                            ),
+                        write = functools.partial(
+                            parts.store.write_aggregates, [agg], settings.aggregate_store_ttl_ms
                         )
+                        await write_with_retry("write_aggregates", write)
                         metrics.AGGREGATES.inc()
                         parts.aggregate_times[rec.user_id] = agg.event_time_ms
                         aggregates[rec.user_id] = state.to_json()
@@ -412,7 +411,7 @@ def create_app(
             checks = {
                 "partitions_assigned": bool(app.consumer.assignment()),
                 "not_rebalancing": not app.rebalancing,
-                "tables_recovered": not (roles & STATEFUL) or not app.tables.recovery.in_recovery,
+                "tables_recovered": not (roles & STATEFUL) or not app.tables.recovery.in_recovery,  # type: ignore[attr-defined]
                 "store_reachable": await in_pool(STORE_POOL, parts.store.ping),
             }
             status, body = readiness(checks)

@@ -43,7 +43,7 @@ class Components:
         self.now_ms = 0
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
         self.stats = LiveStats(settings, "pipeline") if settings.store_backend == "redis" else None
-        self._pending: dict[str, int] = {}
+        self._pending: dict[str, int | float] = {}
         #: user -> event time of their newest aggregate (this worker's users), for the KNN index
         self.aggregate_times: dict[int, int] = {}
 
@@ -54,12 +54,12 @@ class Components:
         for key, value in counts.items():
             self._pending[key] = self._pending.get(key, 0) + value
 
-    def take_counts(self) -> dict[str, int]:
+    def take_counts(self) -> dict[str, int | float]:
         """The counts since the last call (swapped on the event loop: no lock needed)."""
         pending, self._pending = self._pending, {}
         return pending
 
-    def publish_counts(self, counts: dict[str, int]) -> None:
+    def publish_counts(self, counts: dict[str, int | float]) -> None:
         """Add ``counts`` to the shared stats hash (blocking: call it off the event loop)."""
         if self.stats is not None and counts:
             self.stats.add(counts)

@@ -36,6 +36,7 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                body: dict[str, object]
                 if self.path.rstrip("/") == "/healthz":
                     status, body = 200, {"live": True}
                 elif self.path.rstrip("/") == "/readyz":

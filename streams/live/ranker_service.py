@@ -141,9 +141,10 @@ class RankerService:
                     ):
                         break
                     continue
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error", extra={"error": str(msg.error())})
+                error = msg.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("consumer error", extra={"error": str(error)})
                     continue
                 idle_since = time.monotonic()
                 try:

@@ -47,7 +47,12 @@ def read_stats(settings: Settings) -> dict[str, dict[str, float]]:
         out = {}
         for role in ("ranker", "pipeline"):
             raw = client.hgetall(f"{settings.key_prefix}:stats:{role}")
-            out[role] = {k.decode(): float(v) for k, v in raw.items()}
+            out[role] = {_text(k): float(v) for k, v in raw.items()}
         return out
     finally:
         client.close()
+
+
+def _text(key: bytes | str) -> str:
+    """Hash field names arrive as bytes (no decode_responses on this client)."""
+    return key.decode() if isinstance(key, bytes) else key
