@@ -21,7 +21,7 @@ lock: setup  ## regenerate requirements.lock from the current venv
 demo: setup  ## the main job end to end (DATASET=synthetic|movielens|taobao, DATA_DIR=...)
 	@$(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
 
-test: setup  ## all tests (unit + integration on a real Kafka and Redis started for the run)
+test: setup lint  ## lint, then all tests (unit + integration on a real Kafka and Redis started for the run)
 	@SOLARIS_REQUIRE_SERVICES=1 bash infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup  ## unit tests only (no services)
