@@ -214,15 +214,11 @@ def run_seed(
     n_test = len(test)
     for lag, view in views.items():
         name = lag_name(lag)
-        data = VMData(
-            base.user,
-            base.item,
-            base.context,
-            base.label,
-            view.logit,
-            teacher,
-            view.tiers,
-            view.available,
+        data = replace(
+            base,
+            fm_logit=view.logit,
+            tier_embeddings=view.tiers,
+            tier_available=view.available,
         )
         test = data.take(np.arange(len(bc))[sl_te])
         m = fit(VM_FM_LOGIT, f"vm_fm_logit@{name}", data)
@@ -269,17 +265,13 @@ def run_seed(
         )
         engine_coverage = got.coverage
         view = views[cfg.serving_lag_ms]
-        data = VMData(
-            base.user,
-            base.item,
-            base.context,
-            base.label,
-            view.logit,
-            teacher,
-            view.tiers,
-            view.available,
-            got.tier.astype(np.int64),
-            got.vector.astype(np.float32),
+        data = replace(
+            base,
+            fm_logit=view.logit,
+            tier_embeddings=view.tiers,
+            tier_available=view.available,
+            served_tier=got.tier.astype(np.int64),
+            served_embedding=got.vector.astype(np.float32),
         )
         m = fit(VM_SOLARIS_ENGINE, "vm_solaris_engine", data, family_key="vm_solaris@0")
         vms["vm_solaris_engine"] = m

@@ -27,16 +27,21 @@ class CoverageCounter:
         return {name: float(c) / total for name, c in zip(TIER_NAMES, self.counts, strict=True)}
 
     def cumulative(self) -> dict[str, float]:
-        s = self.shares()
-        return {
-            "exact": s["exact"],
-            "with_aggregate": s["exact"] + s["aggregate"],
-            "with_neighbour_item": s["exact"] + s["aggregate"] + s["neighbour_item"],
-            "with_neighbours": s["exact"]
-            + s["aggregate"]
-            + s["neighbour_item"]
-            + s["neighbour_aggregate"],
-        }
+        return cumulative_shares(self.shares())
+
+
+def cumulative_shares(s: dict[str, float]) -> dict[str, float]:
+    """Cumulative coverage from per-tier shares: exact, + aggregate, + neighbours' item
+    embedding, + neighbours' aggregates (the simulator and the live summary report the same)."""
+    return {
+        "exact": s["exact"],
+        "with_aggregate": s["exact"] + s["aggregate"],
+        "with_neighbour_item": s["exact"] + s["aggregate"] + s["neighbour_item"],
+        "with_neighbours": s["exact"]
+        + s["aggregate"]
+        + s["neighbour_item"]
+        + s["neighbour_aggregate"],
+    }
 
 
 @dataclass(slots=True)

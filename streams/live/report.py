@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from store.tiers import TIER_NAMES
+from streams.engine.coverage import cumulative_shares
 from streams.live.stats import read_stats
 from streams.settings import Settings
 
@@ -24,15 +25,7 @@ def live_summary(settings: Settings) -> dict[str, Any]:
         "requests": int(requests),
         "lookups": int(sum(lookups.values())),
         "coverage": share,
-        "cumulative": {
-            "exact": share["exact"],
-            "with_aggregate": share["exact"] + share["aggregate"],
-            "with_neighbour_item": share["exact"] + share["aggregate"] + share["neighbour_item"],
-            "with_neighbours": share["exact"]
-            + share["aggregate"]
-            + share["neighbour_item"]
-            + share["neighbour_aggregate"],
-        },
+        "cumulative": cumulative_shares(share),
         "fm_pairs": int(embedded),
         "fm_pairs_per_request": embedded / requests if requests else 0.0,
         "speculation_precision": rk.get("served_distinct", 0.0) / embedded if embedded else 0.0,

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from models.config import TrainConfig
 from models.data.columns import iter_events
@@ -59,6 +60,36 @@ def small_traffic(path: Path, n_users: int = 12, days: float = 1.0, seed: int = 
             path, iter_events(traffic.requests, traffic.impressions), {"dataset": "synthetic-test"}
         )
     return path
+
+
+def live_settings(
+    base: Settings, unique: str, bundle: Path, partitions: int = 4, **extra: Any
+) -> Settings:
+    """Settings of one live test: its own topic/key prefix, the tiny bundle's dims."""
+    return base.model_copy(
+        update={
+            "topic_prefix": f"t{unique}",
+            "key_prefix": f"t{unique}",
+            "topic_partitions": partitions,
+            "bundle_dir": bundle,
+            "embedding_dim": TINY_TRAIN.embedding_dim,
+            "history_len": TINY_TRAIN.history_len,
+            "faust_commit_interval_s": 0.1,
+            **extra,
+        }
+    )
+
+
+def fresh_live_settings(bundle: Path, partitions: int = 2, **extra: Any) -> Settings:
+    """:func:`live_settings` with a new unique prefix; skips (or fails under
+    SOLARIS_REQUIRE_SERVICES) unless Kafka and Redis answer."""
+    import uuid
+
+    from tests.conftest import require_kafka_and_redis
+
+    base = Settings()
+    require_kafka_and_redis(base)
+    return live_settings(base, uuid.uuid4().hex[:10], bundle, partitions, **extra)
 
 
 def env_for(settings: Settings) -> dict[str, str]:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from streams.settings import Settings
-from tests.integration.live_harness import TINY_TRAIN, Procs
+from tests.integration.live_harness import Procs, fresh_live_settings
 
 pytestmark = pytest.mark.integration
 
@@ -34,20 +32,8 @@ def free_port() -> int:
 
 def test_ranker_metrics_bind_loopback_by_default(bundle: Path, tmp_path: Path) -> None:
     from streams.topics import create_topics
-    from tests.conftest import require_kafka_and_redis
 
-    base = Settings()
-    require_kafka_and_redis(base)
-    unique = uuid.uuid4().hex[:10]
-    settings = base.model_copy(
-        update={
-            "topic_prefix": f"t{unique}",
-            "key_prefix": f"t{unique}",
-            "bundle_dir": bundle,
-            "embedding_dim": TINY_TRAIN.embedding_dim,
-            "history_len": TINY_TRAIN.history_len,
-        }
-    )
+    settings = fresh_live_settings(bundle)
     create_topics(settings)
     port = free_port()
     procs = Procs(settings, tmp_path)

@@ -6,14 +6,12 @@ import json
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
 from streams.live.health import readiness
-from streams.settings import Settings
-from tests.integration.live_harness import TINY_TRAIN, Procs
+from tests.integration.live_harness import Procs, fresh_live_settings
 from tests.integration.test_bind_host import free_port, listening_addresses
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,21 +52,8 @@ def test_readiness_names_failing_checks() -> None:
 
 def test_ranker_and_worker_health_endpoints(bundle: Path, tmp_path: Path) -> None:
     from streams.topics import create_topics
-    from tests.conftest import require_kafka_and_redis
 
-    base = Settings()
-    require_kafka_and_redis(base)
-    unique = uuid.uuid4().hex[:10]
-    settings = base.model_copy(
-        update={
-            "topic_prefix": f"t{unique}",
-            "key_prefix": f"t{unique}",
-            "topic_partitions": 2,
-            "bundle_dir": bundle,
-            "embedding_dim": TINY_TRAIN.embedding_dim,
-            "history_len": TINY_TRAIN.history_len,
-        }
-    )
+    settings = fresh_live_settings(bundle)
     create_topics(settings)
     ranker_port, worker_port = free_port(), free_port()
     procs = Procs(settings, tmp_path)

@@ -31,11 +31,11 @@ from streams.settings import Settings
 from tests.conftest import require_kafka_and_redis
 from tests.integration.live_harness import (
     Procs,
+    live_settings,
     pipeline,
     read_topic,
     wait_drained,
 )
-from tests.integration.test_live_parity import live_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")

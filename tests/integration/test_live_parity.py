@@ -26,6 +26,7 @@ from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from tests.integration.live_harness import (
     TINY_TRAIN,
+    live_settings,
     pipeline,
     raw_encode,
     read_topic,
@@ -35,20 +36,6 @@ from tests.integration.live_harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_704_067_200_000
-
-
-def live_settings(base: Settings, unique: str, bundle: Path) -> Settings:
-    return base.model_copy(
-        update={
-            "topic_prefix": f"t{unique}",
-            "key_prefix": f"t{unique}",
-            "topic_partitions": 4,
-            "bundle_dir": bundle,
-            "embedding_dim": TINY_TRAIN.embedding_dim,
-            "history_len": TINY_TRAIN.history_len,
-            "faust_commit_interval_s": 0.1,
-        }
-    )
 
 
 def bad_messages() -> dict[str, list[tuple[bytes, str]]]:

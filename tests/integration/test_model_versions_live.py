@@ -34,7 +34,7 @@ from schemas.records import EmbeddingBatch, PairEmbedding, RequestEvent
 from store.tiers import Tier
 from store.values import decode_vector, version_tag
 from streams.settings import Settings
-from tests.integration.live_harness import TINY_TRAIN, Procs, pipeline, read_topic
+from tests.integration.live_harness import TINY_TRAIN, Procs, live_settings, pipeline, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
@@ -111,20 +111,6 @@ def drain(settings: Settings, *procs: Procs, timeout_s: float = 150) -> None:
         reader.close()
 
 
-def live_settings(base: Settings, unique: str, bundle: Path) -> Settings:
-    return base.model_copy(
-        update={
-            "topic_prefix": f"t{unique}",
-            "key_prefix": f"t{unique}",
-            "topic_partitions": 2,
-            "bundle_dir": bundle,
-            "embedding_dim": TINY_TRAIN.embedding_dim,
-            "history_len": TINY_TRAIN.history_len,
-            "faust_commit_interval_s": 0.1,
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 def switch_run(
     traffic: Path, bundle: Path, bundle_b: Path, tmp_path_factory: pytest.TempPathFactory
@@ -138,7 +124,7 @@ def switch_run(
     base = Settings()
     require_kafka_and_redis(base)
     assert version_of(bundle) != version_of(bundle_b)
-    settings_a = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    settings_a = live_settings(base, uuid.uuid4().hex[:10], bundle, partitions=2)
     settings_b = settings_a.model_copy(update={"bundle_dir": bundle_b})
     tmp = tmp_path_factory.mktemp("versions")
     (tmp / "b").mkdir()

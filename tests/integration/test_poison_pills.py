@@ -9,7 +9,6 @@ batch is embedded and each bad one is dead-lettered with reason ``processing_err
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,7 @@ import redis
 from schemas.codec import Codec
 from schemas.records import DeadLetter, ProposalBatch
 from streams.kafka_clients import make_producer
-from streams.settings import Settings
-from tests.integration.live_harness import Procs, raw_encode, read_topic
+from tests.integration.live_harness import Procs, fresh_live_settings, raw_encode, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_704_067_200_000
@@ -36,23 +34,9 @@ def test_poison_messages_are_dead_lettered_and_the_batch_is_embedded(
 ) -> None:
     from streams.demo import wait_for_groups
     from streams.topics import create_topics
-    from tests.conftest import require_kafka_and_redis
-    from tests.integration.live_harness import TINY_TRAIN
 
-    base = Settings()
-    require_kafka_and_redis(base)
-    unique = uuid.uuid4().hex[:10]
-    settings = base.model_copy(
-        update={
-            "topic_prefix": f"t{unique}",
-            "key_prefix": f"t{unique}",
-            "topic_partitions": 2,
-            "bundle_dir": bundle,
-            "embedding_dim": TINY_TRAIN.embedding_dim,
-            "history_len": TINY_TRAIN.history_len,
-            "embed_max_wait_ms": 500,  # one micro-batch holds the poison and valid messages
-        }
-    )
+    # one micro-batch holds the poison and the valid messages
+    settings = fresh_live_settings(bundle, embed_max_wait_ms=500)
     create_topics(settings)
     procs = Procs(settings, tmp_path)
     try:
