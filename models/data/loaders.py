@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 
+from models.data.atomic import ATOMIC_SUFFIX, MOVIELENS_COLUMNS, RatingColumns, read_header
 from models.data.errors import DataError, DatasetNotFound, UnknownFormat
 from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 
@@ -195,14 +196,15 @@ def _check_row(user: int, item: int, ts_s: int) -> None:
         raise _BadRow("time_out_of_range")
 
 
-def _movielens_row(sep: str) -> Callable[[str], Row]:
+def _movielens_row(sep: str, cols: RatingColumns = MOVIELENS_COLUMNS) -> Callable[[str], Row]:
     def parse(line: str) -> Row:
         parts = line.rstrip("\r\n").split(sep)
-        if len(parts) != 4:
+        if len(parts) != cols.n_fields:
             raise _BadRow("field_count")
-        user, item, ts_s = _to_int(parts[0]), _to_int(parts[1]), _to_int(parts[3])
+        user, item = _to_int(parts[cols.user]), _to_int(parts[cols.item])
+        ts_s = _to_int(parts[cols.timestamp])
         try:
-            rating = float(parts[2])
+            rating = float(parts[cols.rating])
         except ValueError:
             raise _BadRow("bad_number") from None
         if not (math.isfinite(rating) and 0.0 <= rating <= 5.0):
@@ -285,7 +287,12 @@ def find_movielens_file(path: Path) -> Path:
         for filename in _ML_FILES:
             if (folder / filename).is_file():
                 return folder / filename
-    raise DatasetNotFound(f"MovieLens: no {'/'.join(_ML_FILES)} in {path} or its ml-* folders")
+        atomic = sorted(folder.glob(f"*{ATOMIC_SUFFIX}"))
+        if atomic:
+            return atomic[0]
+    raise DatasetNotFound(
+        f"MovieLens: no {'/'.join(_ML_FILES)} or *{ATOMIC_SUFFIX} in {path} or its ml-* folders"
+    )
 
 
 def load_movielens(
@@ -294,9 +301,12 @@ def load_movielens(
     """Load MovieLens ratings (any of the three layouts); label = ``rating >= 4``.
 
     ``path`` is a ratings file or a folder holding one (directly or in an ``ml-*`` sub-folder).
-    ``fmt`` overrides detection by file name.
+    ``fmt`` overrides detection by file name. A RecBole atomic file (``*.inter``, see
+    ``models.data.atomic``) is read by the column names of its header.
     """
     file = find_movielens_file(Path(path))
+    if fmt is None and file.suffix == ATOMIC_SUFFIX:
+        return _read_rows(file, "movielens", _movielens_row("\t", read_header(file)), True)
     layout = MovieLensFormat(fmt) if fmt is not None else detect_movielens_format(file)
     has_header = layout is MovieLensFormat.ML_LATEST
     return _read_rows(file, "movielens", _movielens_row(_ML_SEPARATORS[layout]), has_header)
