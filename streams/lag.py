@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams.errors import KafkaUnavailable
+from streams.kafka_clients import make_admin, make_consumer
 from streams.settings import Settings
 
 NOTHING_COMMITTED = -1001
@@ -39,11 +39,8 @@ class LagReader:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": settings.kafka_bootstrap}
-        self.admin = AdminClient(conf)
-        self._consumer = Consumer(
-            {**conf, "group.id": "solaris-lag-probe", "enable.auto.commit": False}
-        )
+        self.admin = make_admin(settings)
+        self._consumer = make_consumer(settings, "solaris-lag-probe", {"enable.auto.commit": False})
 
     def close(self) -> None:
         self._consumer.close()

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
 from streams.errors import KafkaUnavailable
-from streams.kafka_clients import make_producer
+from streams.kafka_clients import make_consumer, make_producer
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,14 +134,14 @@ def replay_topic_range(
 ) -> ReplayStats:
     """Copy messages with timestamps in ``[start_ms, end_ms)`` from one topic to another,
     keeping key, value, timestamp and headers (per partition order; partitioner keeps keys)."""
-    consumer = Consumer(
+    consumer = make_consumer(
+        settings,
+        f"solaris-replay-{time.time_ns()}",
         {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": f"solaris-replay-{time.time_ns()}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-        }
+        },
     )
     producer = _producer(settings)
     start = time.perf_counter()

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 HOUR_MS = 3_600_000
@@ -35,6 +35,14 @@ SCRIPT_VARIABLES = frozenset(
         "SOLARIS_REDIS_DATA_DIR",
         "SOLARIS_REDIS_START_TIMEOUT",
         "SOLARIS_REDIS_STOP_TIMEOUT",
+        "SOLARIS_PROMETHEUS_PORT",
+        "SOLARIS_PROMETHEUS_DATA_DIR",
+        "SOLARIS_PROMETHEUS_TARGETS",
+        "SOLARIS_PROMETHEUS_SCRAPE_INTERVAL",
+        "SOLARIS_PROMETHEUS_START_TIMEOUT",
+        "SOLARIS_PROMETHEUS_STOP_TIMEOUT",
+        "SOLARIS_REDIS_CLUSTER_PORTS",
+        "SOLARIS_REDIS_CLUSTER_DIR",
     }
 )
 
@@ -68,9 +76,34 @@ class Settings(BaseSettings):
             "(loopback by default; 0.0.0.0 to expose them, e.g. to a Prometheus in a cluster)."
         ),
     )
+    exporter_port: int = Field(
+        9104, gt=0, lt=65536, description="Port of `solaris exporter`'s /metrics (consumer lag)."
+    )
+    exporter_interval_s: float = Field(
+        5.0, gt=0, description="How often `solaris exporter` reads the groups' committed offsets."
+    )
 
     # --- Kafka ---------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How every Kafka client (librdkafka and Faust) talks to brokers."
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism (used with SASL_PLAINTEXT / SASL_SSL)."
+    )
+    kafka_sasl_username: str = Field("", description="SASL user (required with SASL_*).")
+    kafka_sasl_password: SecretStr = Field(
+        SecretStr(""), description="SASL password (never logged or printed)."
+    )
+    kafka_ssl_cafile: Path | None = Field(
+        None, description="PEM CA bundle that signs the brokers' certificates (SSL / SASL_SSL)."
+    )
+    kafka_ssl_certfile: Path | None = Field(
+        None, description="PEM client certificate for mutual TLS (with kafka_ssl_keyfile)."
+    )
+    kafka_ssl_keyfile: Path | None = Field(
+        None, description="PEM private key of kafka_ssl_certfile (unencrypted)."
+    )
     topic_prefix: str = Field("solaris", description="Prefix of every topic name.")
     topic_partitions: int = Field(4, ge=1, description="Partitions of each SOLARIS topic.")
     topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")
@@ -88,14 +121,24 @@ class Settings(BaseSettings):
     )
 
     # --- store -----------------------------------------------------------------------------------
-    store_backend: Literal["redis", "aerospike", "memory"] = Field(
-        "redis", description="Keyed-store backend."
+    store_backend: Literal["redis", "redis-cluster", "aerospike", "memory"] = Field(
+        "redis", description="Keyed-store backend (redis-cluster: store_url names one seed node)."
     )
     store_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL of the store.")
     aerospike_hosts: str = Field(
         "", description="Comma-separated host:port of Aerospike seeds; empty = not configured."
     )
     aerospike_namespace: str = Field("test", description="Aerospike namespace.")
+    aerospike_user: str = Field("", description="Aerospike user (security enabled); empty = none.")
+    aerospike_password: SecretStr = Field(
+        SecretStr(""), description="Aerospike password (never logged or printed)."
+    )
+    aerospike_tls_name: str = Field(
+        "", description="TLS name of the Aerospike nodes' certificates; non-empty = TLS on."
+    )
+    aerospike_tls_cafile: Path | None = Field(
+        None, description="PEM CA bundle that signs the Aerospike nodes' certificates."
+    )
     key_prefix: str = Field("sol", description="Prefix of every store key.")
     pair_ttl_ms: int = Field(4 * HOUR_MS, gt=0, description="Freshness TTL of pair embeddings.")
     aggregate_window_ms: int = Field(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from streams.errors import KafkaUnavailable
+from streams.kafka_clients import make_consumer
 from streams.settings import Settings
 
 
@@ -30,13 +31,10 @@ def read_topic(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[
 
     Raises :class:`KafkaUnavailable` if the topic is missing or not read to its end in time.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": "solaris-topic-reader",  # required by the client; never joins: assign()
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
+    consumer = make_consumer(
+        settings,
+        "solaris-topic-reader",  # required by the client; never joins: assign()
+        {"enable.auto.commit": False, "enable.partition.eof": True},
     )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)

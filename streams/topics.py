@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.errors import KafkaUnavailable, TopicLayoutError
+from streams.kafka_clients import make_admin
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def topic_config(settings: Settings) -> dict[str, str]:
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10_000})
+    return make_admin(settings, {"socket.timeout.ms": 10_000})
 
 
 def create_topics(

@@ -42,6 +42,7 @@ from schemas.records import (
 from streams.engine.aggregator import AggregateState
 from streams.engine.history import UserHistory, add_interaction, history_before
 from streams.engine.ledger import is_fresh, record
+from streams.kafka_security import faust_credentials
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, dead_letter_for, decode
@@ -100,6 +101,7 @@ def create_app(
     app = faust.App(
         aid,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=faust_credentials(settings),
         store="rocksdb://",
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from schemas.codec import Codec
@@ -37,11 +38,11 @@ from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
 from streams.engine.ranker import SolarisScorer, rank
 from streams.engine.verifier import PairScorer
-from streams.kafka_clients import make_producer
+from streams.kafka_clients import make_consumer, make_producer
 from streams.live import metrics
 from streams.live.quality import QualityMeter
 from streams.live.snapshot_loader import SnapshotLoader
-from streams.live.stats import LiveStats
+from streams.live.stats import LiveStats, read_stats
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,11 @@ class RankerService:
         self.failed = 0
         self.stats = LiveStats(settings, "ranker")
         self._stop = threading.Event()
-        self._published_timeouts = self._published_errors = 0
+        #: reader error counts and served pairs already added to the Prometheus counters
+        self._counted = (0, 0, 0)
+        self._counted_served = 0
+        metrics.init_ranker_series()
+        metrics.set_model_info("ranker", _served_version(scorer), reader.config.version_tag)
         #: snapshots skipped at the last reload (another bundle's, or undecodable)
         self.snapshots = (
             SnapshotLoader(
@@ -111,14 +116,14 @@ class RankerService:
 
     def run(self) -> None:
         s = self.settings
-        consumer = Consumer(
+        consumer = make_consumer(
+            s,
+            self.options.group_id,
             {
-                "bootstrap.servers": s.kafka_bootstrap,
-                "group.id": self.options.group_id,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 200,
-            }
+            },
         )
         producer = make_producer(s, {"linger.ms": 20}) if self.options.write_scores else None
         # Impressions too: joined to the scores served, they give the live NE (QualityMeter).
@@ -183,9 +188,8 @@ class RankerService:
             request.user_id, result.item_ids, result.ages_ms, result.tiers, request.event_time_ms
         )
         metrics.READ_LATENCY.observe(result.read_ms / 1000.0)
-        for code, count in enumerate(np.bincount(result.tiers, minlength=4)):
-            if count:
-                metrics.LOOKUPS.labels(TIER_NAMES[code]).inc(int(count))
+        metrics.observe_served(result.tiers, result.ages_ms)
+        self._count_per_request()
         if producer is not None:
             body = {
                 "request_id": request.request_id,
@@ -274,6 +278,44 @@ class RankerService:
                 **{f"live_ne_{k}": v for k, v in (self.quality.ne() or {}).items()},
             }
         )
-        metrics.READER_TIMEOUTS.inc(st.timeouts - self._published_timeouts)
-        metrics.READER_STORE_ERRORS.inc(st.store_errors - self._published_errors)
-        self._published_timeouts, self._published_errors = st.timeouts, st.store_errors
+        self._set_precision()
+
+    def _count_per_request(self) -> None:
+        """Add this request's reader errors and newly served pairs to the Prometheus counters
+        (per request, so an alert sees a store outage at once, not 200 requests later)."""
+        st = self.reader.stats
+        now = (st.timeouts, st.store_errors, st.internal_errors)
+        counters = (
+            metrics.READER_TIMEOUTS,
+            metrics.READER_STORE_ERRORS,
+            metrics.READER_INTERNAL_ERRORS,
+        )
+        for counter, new, old in zip(counters, now, self._counted, strict=True):
+            if new > old:
+                counter.inc(new - old)
+        self._counted = now
+        served = self.speculation.served
+        if served > self._counted_served:
+            metrics.SERVED_EXACT_PAIRS.inc(served - self._counted_served)
+            self._counted_served = served
+
+    def _set_precision(self) -> None:
+        """Speculation precision = distinct pairs served exact / pairs embedded. The FM workers
+        count embedded pairs in the shared stats hash (another process), so the gauge is set
+        here at publish time; a Redis hiccup leaves the last value."""
+        try:
+            embedded = read_stats(self.settings)["pipeline"].get("embedded", 0.0)
+        except redis.RedisError:
+            return
+        if embedded > 0:
+            metrics.SPECULATION_PRECISION.set(self.speculation.served / embedded)
+
+
+def _served_version(scorer: SolarisScorer | None) -> str:
+    """The model version in the scorer's ONNX metadata (``vm_solaris`` carries its bundle's),
+    else "unknown" (a scorer that is not an ONNX session, e.g. in tests)."""
+    session = getattr(scorer, "session", None)
+    metadata = getattr(session, "metadata", None)
+    if isinstance(metadata, dict):
+        return str(metadata.get("model_version", "unknown"))
+    return "unknown"
