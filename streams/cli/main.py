@@ -12,6 +12,7 @@ from streams.cli import (
     bench_cmd,
     data_cmd,
     demo_cmd,
+    exporter_cmd,
     infra_cmd,
     live_cmd,
     simulate_cmd,
@@ -33,6 +34,7 @@ live_cmd.register(app)
 simulate_cmd.register(app)
 demo_cmd.register(app)
 bench_cmd.register(app)
+exporter_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:

@@ -1,8 +1,16 @@
-"""Prometheus metrics of workers and the ranker (one definition each, default registry)."""
+"""Prometheus metrics of workers and the ranker (one definition each, default registry).
+
+Names follow Prometheus conventions (base units, ``_total`` counters, ``_info`` for versions).
+The consumer-lag gauges are not here: ``solaris exporter`` (:mod:`streams.lag_exporter`) serves
+them from its own registry, so no worker polls the broker's group coordinator.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import numpy as np
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+from store.tiers import TIER_NAMES, Tier
 
 DEAD_LETTERS = Counter(
     "solaris_dead_letters_total", "Messages sent to the dead-letter topic.", ["topic", "reason"]
@@ -38,12 +46,34 @@ IGNORED_SNAPSHOTS = Gauge(
     "solaris_ignored_knn_snapshots",
     "KNN snapshots the ranker skipped at its last reload (another bundle's, or undecodable).",
 )
-READER_TIMEOUTS = Counter("solaris_reader_timeouts_total", "Lookups that hit the read deadline.")
+READER_TIMEOUTS = Counter(
+    "solaris_reader_timeouts_total", "Requests whose lookup hit the read deadline."
+)
 READER_STORE_ERRORS = Counter(
-    "solaris_reader_store_errors_total", "Lookups that hit a store error."
+    "solaris_reader_store_errors_total", "Requests whose lookup hit a store error."
+)
+READER_INTERNAL_ERRORS = Counter(
+    "solaris_reader_internal_errors_total",
+    "Requests whose lookup hit an unexpected error (served as missing).",
+)
+#: event-time ages from seconds (exact pairs of the last request) to days (neighbour aggregates)
+AGE_BUCKETS = (1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800)
+SERVED_AGE = Histogram(
+    "solaris_served_feature_age_seconds",
+    "Event-time age of each served embedding at its request's event time, by tier.",
+    ["tier"],
+    buckets=AGE_BUCKETS,
 )
 SPECULATION_PRECISION = Gauge(
-    "solaris_speculation_precision", "Distinct embedded pairs served exact / pairs embedded."
+    "solaris_speculation_precision",
+    "Distinct embedded pairs served exact / pairs embedded (all FM workers), set by the ranker.",
+)
+SERVED_EXACT_PAIRS = Counter(
+    "solaris_speculation_served_pairs_total",
+    "Distinct embedded pairs this ranker served as exact at least once (precision numerator).",
+)
+MODEL = Info(
+    "solaris_model", "Model bundle a process serves (version and its store tag).", ["role"]
 )
 LIVE_NE = Gauge(
     "solaris_live_ne",
@@ -56,3 +86,41 @@ LIVE_QUALITY_IMPRESSIONS = Counter(
     "Impressions the ranker consumed, by whether they joined a ranked request's scores.",
     ["joined"],
 )
+
+
+#: tiers that serve a value (an age); "missing" has none
+SERVED_TIERS = tuple(name for code, name in enumerate(TIER_NAMES) if code != Tier.MISSING)
+
+
+def init_ranker_series() -> None:
+    """Create every tier's series at 0, so rates and alerts see a tier before its first lookup
+    (a labelled series that does not exist yet makes ``rate`` silently empty)."""
+    for name in TIER_NAMES:
+        LOOKUPS.labels(name)
+    for name in SERVED_TIERS:
+        SERVED_AGE.labels(name)
+
+
+def observe_served(tiers: np.ndarray, ages_ms: np.ndarray) -> None:
+    """Lookups by tier and the age of every served value of one request.
+
+    ``tiers`` uint8 [n] (:class:`~store.tiers.Tier` codes), ``ages_ms`` int64 [n] (-1 where
+    missing). One ``observe`` per served candidate: cheap next to the lookup itself.
+    """
+    for code, count in enumerate(np.bincount(tiers, minlength=len(TIER_NAMES))):
+        if not count:
+            continue
+        name = TIER_NAMES[code]
+        LOOKUPS.labels(name).inc(int(count))
+        if code == Tier.MISSING:
+            continue
+        child = SERVED_AGE.labels(name)
+        for age in (ages_ms[tiers == code] / 1000.0).tolist():
+            child.observe(age)
+
+
+def set_model_info(role: str, version: str, version_tag: int | None) -> None:
+    """``solaris_model_info{role, version, version_tag} 1`` for this process."""
+    MODEL.labels(role).info(
+        {"version": version, "version_tag": "" if version_tag is None else str(version_tag)}
+    )
