@@ -52,3 +52,33 @@ def test_float16_decode_is_exact_for_special_values() -> None:
 def test_empty_input() -> None:
     got = decode_many([], DIM)
     assert got.vectors.shape == (0, DIM) and got.corrupt == 0
+
+
+def _bad_pair(t: int, x: float) -> bytes:
+    return encode_pair(PairEmbedding.from_array(1, 1, t, "fm", np.full(DIM, x, np.float32)))
+
+
+def test_fast_path_rejects_what_the_scalar_decoder_rejects() -> None:
+    # every value below has the fast layout's length and a valid checksum
+    values = [
+        _bad_pair(-(2**63), 1.0),  # INT64_MIN event time
+        _bad_pair(2**62, 1.0),  # far past year 2200
+        _bad_pair(T0, float("nan")),
+        _bad_pair(T0, float("inf")),
+        _bad_pair(T0, 0.5),  # the only good one
+    ]
+    got = decode_many(values, DIM)
+    assert got.present.tolist() == [False, False, False, False, True]
+    assert got.corrupt == 4
+    assert not got.vectors[:4].any() and (got.event_time_ms[:4] == 0).all()
+
+
+def test_a_flipped_bit_anywhere_makes_the_value_corrupt() -> None:
+    good = _pair(1)
+    values: list[bytes | None] = []
+    for pos in range(len(good)):
+        raw = bytearray(good)
+        raw[pos] ^= 0x01
+        values.append(bytes(raw))
+    got = decode_many(values, DIM)
+    assert got.corrupt == len(good) and not got.present.any()

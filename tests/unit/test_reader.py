@@ -191,3 +191,24 @@ def test_lookup_never_raises_on_unexpected_errors(store: InMemoryStore) -> None:
     assert tiers.tolist() == [Tier.MISSING, Tier.MISSING]
     assert not vectors.any() and ages.tolist() == [-1, -1]
     assert r.stats.internal_errors == 1
+
+
+INT64_MIN = -(2**63)
+
+
+@pytest.mark.parametrize(
+    ("event_time_ms", "value"),
+    [(INT64_MIN, float("nan")), (INT64_MIN, 1.0), (T0, float("nan")), (T0, float("inf"))],
+)
+def test_corrupt_value_is_counted_and_never_served(
+    store: InMemoryStore, event_time_ms: int, value: float
+) -> None:
+    # encoders do not validate: a record that skipped validation (or a bit flip) reaches the store
+    bad = PairEmbedding.from_array(1, 10, event_time_ms, "fm", vec(value))
+    store.write_pairs([bad], HOUR)
+    store.write_aggregates([agg(1, T0, 0.25)], HOUR)
+    r = reader(store)
+    vectors, tiers, _ = r.lookup(1, [10], T0 + 1)
+    assert tiers.tolist() == [Tier.AGGREGATE]  # falls to the next tier
+    np.testing.assert_allclose(vectors[0], vec(0.25))
+    assert r.stats.corrupt_values == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 
@@ -9,6 +12,7 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import CorruptValue
 from store.keys import KeyLayout
 from store.values import (
+    FORMAT_PAIR,
     decode_neighbours,
     decode_vector,
     encode_aggregate,
@@ -23,7 +27,7 @@ T0 = 1_700_000_000_000
 def test_pair_value_is_compact() -> None:
     rec = PairEmbedding.from_array(1, 2, T0, "fm-1", np.ones(64, np.float32))
     raw = encode_pair(rec)
-    assert len(raw) == 16 + 128
+    assert len(raw) == 16 + 128 + 4  # header + float16 vector + CRC32
     got = decode_vector(raw)
     assert (got.event_time_ms, got.count, got.dim) == (T0, 1, 64)
     assert got.version_tag == version_tag("fm-1") != version_tag("fm-2")
@@ -49,6 +53,53 @@ def test_corrupt_vector_values_raise(raw: bytes) -> None:
 def test_corrupt_neighbour_values_raise() -> None:
     with pytest.raises(CorruptValue):
         decode_neighbours(b"\x03\x02\x00" + b"\x00" * 8)
+
+
+def _reseal(body: bytes) -> bytes:
+    """A value whose checksum is right for ``body``: only the content checks can reject it."""
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _pair_raw(t: int = T0, x: float = 1.0) -> bytes:
+    return encode_pair(PairEmbedding.from_array(1, 2, t, "fm-1", np.full(8, x, np.float32)))
+
+
+@pytest.mark.parametrize("pos", [0, 1, 3, 7, 16, 20, -5, -1])
+def test_any_flipped_byte_is_caught_by_the_checksum(pos: int) -> None:
+    raw = bytearray(_pair_raw())
+    raw[pos] ^= 0x10
+    with pytest.raises(CorruptValue):
+        decode_vector(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("t", "x"),
+    [(-(2**63), 1.0), (2**63 - 1, 1.0), (0, 1.0), (T0, float("nan")), (T0, float("-inf"))],
+)
+def test_sealed_values_with_bad_content_are_corrupt(t: int, x: float) -> None:
+    with pytest.raises(CorruptValue):
+        decode_vector(_pair_raw(t, x))
+
+
+def test_version_1_values_are_rejected_not_misread() -> None:
+    body = _pair_raw()[:-4]
+    old = _reseal(bytes([1]) + body[1:])  # version-1 format byte, even with a valid checksum
+    assert body[0] == FORMAT_PAIR != 1
+    with pytest.raises(CorruptValue, match="format byte"):
+        decode_vector(old)
+
+
+@pytest.mark.parametrize(
+    "rec",
+    [
+        NeighbourList(1, -(2**63), (5,), (0.9,)),
+        NeighbourList(1, T0, (5,), (float("nan"),)),
+        NeighbourList(1, T0, (-5,), (0.5,)),
+    ],
+)
+def test_neighbour_values_with_bad_content_are_corrupt(rec: NeighbourList) -> None:
+    with pytest.raises(CorruptValue):
+        decode_neighbours(encode_neighbours(rec))
 
 
 def test_keys_share_hash_tag() -> None:
