@@ -2,6 +2,11 @@
 # Local Redis for SOLARIS development and CI (Debian's redis-server, no persistence).
 #
 #   infra/redis.sh start|stop|status
+#   infra/redis.sh cluster-start|cluster-stop|cluster-status
+#
+# cluster-*: a local Redis Cluster of masters without replicas (one redis-server per port,
+# created with `redis-cli --cluster create ... --cluster-replicas 0`). For tests and development
+# only: no persistence, and cluster-stop deletes the nodes' dirs so the next start is a new cluster.
 #
 # Env knobs (defaults in brackets):
 #   SOLARIS_CACHE_DIR          [$HOME/.cache/solaris]
@@ -9,6 +14,8 @@
 #   SOLARIS_REDIS_DATA_DIR     [$SOLARIS_CACHE_DIR/run/redis-$PORT]  dir, pidfile, logfile
 #   SOLARIS_REDIS_START_TIMEOUT [20]   seconds to wait for PING
 #   SOLARIS_REDIS_STOP_TIMEOUT  [10]   seconds between SIGTERM and SIGKILL
+#   SOLARIS_REDIS_CLUSTER_PORTS ["7000 7001 7002"]  one master per port (at least 3)
+#   SOLARIS_REDIS_CLUSTER_DIR   [$SOLARIS_CACHE_DIR/run/redis-cluster]  one subdir per port
 set -euo pipefail
 
 CACHE_DIR="${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}"
@@ -20,13 +27,17 @@ STOP_TIMEOUT="${SOLARIS_REDIS_STOP_TIMEOUT:-10}"
 PID_FILE="$DATA_DIR/redis.pid"
 LOG_FILE="$DATA_DIR/redis.log"
 OUT_FILE="$DATA_DIR/redis-start.out"
+CLUSTER_PORTS="${SOLARIS_REDIS_CLUSTER_PORTS:-7000 7001 7002}"
+CLUSTER_DIR="${SOLARIS_REDIS_CLUSTER_DIR:-$CACHE_DIR/run/redis-cluster}"
+# extra redis-server options of the node being started (cluster mode sets them)
+EXTRA_ARGS=()
 
 log() { echo "[redis] $*"; }
 err() { echo "[redis] ERROR: $*" >&2; }
 die() { err "$*"; exit 1; }
 
 usage() {
-  echo "usage: $0 start|stop|status" >&2
+  echo "usage: $0 start|stop|status|cluster-start|cluster-stop|cluster-status" >&2
   exit 2
 }
 
@@ -125,7 +136,8 @@ cmd_start() {
   if ! redis-server \
       --bind 127.0.0.1 --port "$PORT" --protected-mode yes \
       --daemonize yes --pidfile "$PID_FILE" --logfile "$LOG_FILE" --dir "$DATA_DIR" \
-      --save '' --appendonly no --loglevel notice </dev/null >"$OUT_FILE" 2>&1 9>&-; then
+      --save '' --appendonly no --loglevel notice "${EXTRA_ARGS[@]}" \
+      </dev/null >"$OUT_FILE" 2>&1 9>&-; then
     show_log_tail
     die "redis-server failed to start"
   fi
@@ -200,6 +212,108 @@ cmd_status() {
   return 1
 }
 
+# --- cluster mode: the single-node functions above, once per port ------------------------------
+
+# Point the single-node globals at the cluster node on port $1.
+use_node() {
+  PORT="$1"
+  DATA_DIR="$CLUSTER_DIR/$PORT"
+  PID_FILE="$DATA_DIR/redis.pid"
+  LOG_FILE="$DATA_DIR/redis.log"
+  OUT_FILE="$DATA_DIR/redis-start.out"
+  EXTRA_ARGS=(--cluster-enabled yes --cluster-config-file "$DATA_DIR/nodes.conf"
+              --cluster-node-timeout 5000)
+}
+
+# Sets the global array PORTS from SOLARIS_REDIS_CLUSTER_PORTS.
+load_cluster_ports() {
+  read -r -a PORTS <<<"$CLUSTER_PORTS"
+  (( ${#PORTS[@]} >= 3 )) || die "a cluster needs at least 3 masters (SOLARIS_REDIS_CLUSTER_PORTS='$CLUSTER_PORTS')"
+}
+
+cluster_info_field() {  # port field -> value from CLUSTER INFO (empty when unreachable)
+  redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | tr -d '\r' | awk -F: -v f="$2" '$1 == f {print $2}'
+}
+
+cluster_ok_everywhere() {
+  local port
+  for port in "$@"; do
+    [[ "$(cluster_info_field "$port" cluster_state)" == "ok" ]] || return 1
+    [[ "$(cluster_info_field "$port" cluster_known_nodes)" == "$#" ]] || return 1
+  done
+}
+
+cmd_cluster_start() {
+  local port nodes=() assigned
+  load_cluster_ports
+  local ports=("${PORTS[@]}")
+  for port in "${ports[@]}"; do
+    use_node "$port"
+    cmd_start
+    nodes+=("127.0.0.1:$port")
+  done
+  if cluster_ok_everywhere "${ports[@]}"; then
+    log "cluster ready: ${nodes[*]}"
+    return 0
+  fi
+  for port in "${ports[@]}"; do
+    assigned="$(cluster_info_field "$port" cluster_slots_assigned)"
+    [[ "$assigned" == "0" ]] || die "node 127.0.0.1:$port already belongs to a cluster that is not ok (slots assigned: ${assigned:-?}); run '$0 cluster-stop' first"
+  done
+  log "creating a cluster of ${#nodes[@]} masters: ${nodes[*]}"
+  if ! redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+      >"$CLUSTER_DIR/create.out" 2>&1; then
+    tail -n 20 "$CLUSTER_DIR/create.out" >&2
+    die "redis-cli --cluster create failed (full output: $CLUSTER_DIR/create.out)"
+  fi
+  local t0=$SECONDS
+  while (( SECONDS - t0 < START_TIMEOUT )); do
+    if cluster_ok_everywhere "${ports[@]}"; then
+      log "cluster ready: ${nodes[*]}"
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "cluster did not reach cluster_state:ok on every node within ${START_TIMEOUT}s"
+}
+
+cmd_cluster_stop() {
+  local port
+  load_cluster_ports
+  local ports=("${PORTS[@]}")
+  for port in "${ports[@]}"; do
+    use_node "$port"
+    cmd_stop
+    rm -f "$DATA_DIR/nodes.conf"
+  done
+}
+
+cmd_cluster_status() {
+  local port pid down=0
+  load_cluster_ports
+  local ports=("${PORTS[@]}")
+  for port in "${ports[@]}"; do
+    use_node "$port"
+    if ! pid="$(running_pid)"; then
+      log "node 127.0.0.1:$port not running"
+      down=1
+    fi
+  done
+  (( down == 0 )) || return 3
+  if cluster_ok_everywhere "${ports[@]}"; then
+    log "cluster running: ${#ports[@]} masters on 127.0.0.1 ports ${ports[*]}, cluster_state ok"
+    return 0
+  fi
+  log "cluster nodes running on ports ${ports[*]} but cluster_state is not ok on every node"
+  return 1
+}
+
+lock_cluster_dir() {
+  mkdir -p "$CLUSTER_DIR"
+  exec 9>"$CLUSTER_DIR/.lock"
+  flock -w 60 9 || die "timed out waiting for the lock on $CLUSTER_DIR"
+}
+
 lock_data_dir() {
   mkdir -p "$DATA_DIR"
   exec 9>"$DATA_DIR/.lock"
@@ -220,6 +334,16 @@ main() {
       cmd_stop
       ;;
     status) cmd_status ;;
+    cluster-start)
+      ensure_redis
+      lock_cluster_dir
+      cmd_cluster_start
+      ;;
+    cluster-stop)
+      lock_cluster_dir
+      cmd_cluster_stop
+      ;;
+    cluster-status) cmd_cluster_status ;;
     *) usage ;;
   esac
 }

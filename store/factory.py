@@ -14,12 +14,16 @@ def open_store(
     aerospike_namespace: str = "test",
     key_prefix: str = "sol",
 ) -> FeatureStore:
-    """Open a store backend by name (``redis``, ``aerospike`` or ``memory``)."""
+    """Open a store backend by name (``redis``, ``redis-cluster``, ``aerospike`` or ``memory``)."""
     layout = KeyLayout(key_prefix)
     if backend == "redis":
         from store.redis_store import RedisStore
 
         return RedisStore(url, layout)
+    if backend == "redis-cluster":
+        from store.redis_cluster_store import RedisClusterStore
+
+        return RedisClusterStore(url, layout)
     if backend == "aerospike":
         from store.aerospike_store import AerospikeStore
 
@@ -28,4 +32,4 @@ def open_store(
         from store.memory import InMemoryStore
 
         return InMemoryStore(layout)
-    raise ValueError(f"unknown store backend {backend!r} (redis, aerospike, memory)")
+    raise ValueError(f"unknown store backend {backend!r} (redis, redis-cluster, aerospike, memory)")

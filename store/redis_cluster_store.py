@@ -1,0 +1,276 @@
+"""Redis Cluster backend: the :class:`~store.protocol.FeatureStore` contract on a sharded Redis.
+
+Keys are those of :mod:`store.keys` (and the snapshot keys of :class:`~store.redis_store.
+RedisStore`), so one user's keys share a hash slot. In a cluster an ``MGET`` may not span slots,
+so a read groups its keys by slot and the slots by the node that owns them, writes one pipeline
+of ``MGET`` s (one per slot) to every node involved, and only then reads the answers: a read is
+one round trip per node, all in flight at once, bounded by one deadline overall. A request's
+first read (one user) touches one slot, hence one ``MGET`` on one node; a neighbour read touches
+one slot per neighbour.
+
+Reads never follow redirections (that would cost another round trip inside the deadline): a
+``MOVED`` answer updates the client's slot table and the read raises
+:class:`~store.errors.StoreUnavailable`, so the reader serves "missing" once and the next read
+goes to the new owner. Writes go through the cluster client's pipeline, which does follow
+``MOVED``/``ASK`` and retries.
+
+Select it with ``SOLARIS_STORE_BACKEND=redis-cluster`` and ``SOLARIS_STORE_URL`` naming any one
+node (``redis://127.0.0.1:7000``); the client discovers the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import Connection
+from redis.crc import key_slot
+from redis.exceptions import MovedError, RedisClusterException
+from redis.retry import Retry
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.errors import StoreTimeout, StoreUnavailable
+from store.keys import KeyLayout
+from store.protocol import ReadBatch, ReadResult
+from store.values import encode_aggregate, encode_neighbours, encode_pair
+
+_WRITE_TIMEOUT_S = 5.0
+#: retries of a write after a connection error, timeout or redirection (off the request path)
+_WRITE_RETRIES = 3
+#: errors of the cluster client: ``RedisClusterException`` does not derive from ``RedisError``
+_CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
+log = logging.getLogger(__name__)
+
+
+def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
+    """The keys one read of ``batch`` fetches, in result order (pairs, aggregates, neighbours)."""
+    keys: list[bytes] = []
+    # pairs come grouped by user (see RedisStore.keys_for): one format call per run of a user
+    for user, run in groupby(batch.pairs, key=itemgetter(0)):
+        keys.extend(layout.pairs(user, [i for _, i in run]))
+    keys.extend(layout.aggregate(u) for u in batch.aggregates)
+    keys.extend(layout.neighbours(u) for u in batch.neighbours)
+    return keys
+
+
+def group_by_slot(keys: Sequence[bytes]) -> dict[int, list[int]]:
+    """Indices of ``keys`` by cluster hash slot; slots and indices in first-seen order."""
+    slots: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        slots.setdefault(key_slot(key), []).append(i)
+    return slots
+
+
+@dataclass(slots=True)
+class _NodeRead:
+    """One node's share of a read: its connection and the key indices of each ``MGET`` sent."""
+
+    client: redis.Redis
+    connection: Connection
+    groups: list[list[int]] = field(default_factory=list)
+    done: bool = False
+
+
+class RedisClusterStore:
+    """A :class:`~store.protocol.FeatureStore` on Redis Cluster.
+
+    Like :class:`~store.redis_store.RedisStore`, reads use clients whose socket timeout equals
+    the deadline and which never retry, one client per distinct deadline. Clients are built on
+    first use (building one asks the cluster for its slot table), so opening the store never
+    blocks and an unreachable cluster surfaces as :class:`~store.errors.StoreUnavailable`.
+    """
+
+    def __init__(self, url: str, layout: KeyLayout | None = None) -> None:
+        self.url = url
+        self.layout = layout or KeyLayout()
+        self._writer: RedisCluster | None = None
+        self._readers: dict[float, RedisCluster] = {}
+        #: read calls that sent commands (one round trip per node, concurrently)
+        self.round_trips = 0
+        #: ``MGET`` commands sent by reads: one per slot touched
+        self.mgets = 0
+
+    def _client(self, timeout_s: float, retries: int) -> RedisCluster:
+        try:
+            return RedisCluster.from_url(
+                self.url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), retries),
+                health_check_interval=0,
+            )
+        except _CLIENT_ERRORS as exc:
+            raise StoreUnavailable(f"redis cluster at {self.url} unreachable: {exc}") from exc
+
+    def _writer_client(self) -> RedisCluster:
+        if self._writer is None:
+            self._writer = self._client(_WRITE_TIMEOUT_S, _WRITE_RETRIES)
+        return self._writer
+
+    def _reader(self, timeout_ms: float) -> RedisCluster:
+        key = round(timeout_ms, 1)
+        client = self._readers.get(key)
+        if client is None:
+            client = self._readers[key] = self._client(max(key, 0.1) / 1000.0, 0)
+        return client
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        if not items:
+            return
+        try:
+            pipe = self._writer_client().pipeline()
+            for key, value in items:
+                pipe.set(key, value, px=ttl_ms)
+            pipe.execute()
+        except redis.TimeoutError as exc:
+            raise StoreTimeout(
+                f"redis cluster write of {len(items)} keys timed out: {exc}"
+            ) from exc
+        except _CLIENT_ERRORS as exc:
+            raise StoreUnavailable(f"redis cluster write failed: {exc}") from exc
+
+    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
+        pair = self.layout.pair
+        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
+
+    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
+        agg = self.layout.aggregate
+        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
+
+    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
+        nb = self.layout.neighbours
+        self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
+
+    def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
+        directory = f"{self.layout.prefix}:snaps"
+        try:
+            pipe = self._writer_client().pipeline()
+            pipe.set(f"{self.layout.prefix}:snap:{name}", data, px=ttl_ms)
+            pipe.sadd(directory, name)
+            pipe.pexpire(directory, ttl_ms)
+            pipe.execute()
+        except _CLIENT_ERRORS as exc:
+            raise StoreUnavailable(f"redis cluster snapshot write failed: {exc}") from exc
+
+    def read_snapshots(self) -> dict[str, bytes]:
+        try:
+            client = self._writer_client()
+            members = client.smembers(f"{self.layout.prefix}:snaps")
+            names = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+            if not names:
+                return {}
+            # snapshot keys have no hash tag: one MGET per slot, sent by the client
+            values: list[bytes | None] = client.mget_nonatomic(  # type: ignore[assignment]
+                [f"{self.layout.prefix}:snap:{n}" for n in names]
+            )
+        except _CLIENT_ERRORS as exc:
+            raise StoreUnavailable(f"redis cluster snapshot read failed: {exc}") from exc
+        return {n: v for n, v in zip(names, values, strict=True) if v is not None}
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def keys_for(self, batch: ReadBatch) -> list[bytes]:
+        """The keys one read of ``batch`` fetches, in result order."""
+        return batch_keys(self.layout, batch)
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        keys = self.keys_for(batch)
+        if not keys:
+            return ReadResult()
+        deadline = time.perf_counter() + timeout_ms / 1000.0
+        try:
+            values = self._mget_by_slot(self._reader(timeout_ms), keys, deadline)
+        except redis.TimeoutError as exc:
+            raise StoreTimeout(
+                f"redis cluster read of {len(keys)} keys exceeded {timeout_ms} ms"
+            ) from exc
+        except _CLIENT_ERRORS as exc:
+            raise StoreUnavailable(f"redis cluster read failed: {exc}") from exc
+        n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
+        return ReadResult(
+            pairs=values[:n_pairs],
+            aggregates=values[n_pairs : n_pairs + n_aggs],
+            neighbours=values[n_pairs + n_aggs :],
+        )
+
+    def _mget_by_slot(
+        self, client: RedisCluster, keys: list[bytes], deadline: float
+    ) -> list[bytes | None]:
+        """One ``MGET`` per slot, pipelined per node; all nodes written before any is read."""
+        slots = group_by_slot(keys)
+        by_node: dict[str, tuple[ClusterNode, list[list[int]]]] = {}
+        for indices in slots.values():
+            node = client.get_node_from_key(keys[indices[0]])
+            by_node.setdefault(node.name, (node, []))[1].append(indices)
+        sent: list[_NodeRead] = []
+        out: list[bytes | None] = [None] * len(keys)
+        try:
+            for node, groups in by_node.values():
+                node_client = client.get_redis_connection(node)
+                read = _NodeRead(node_client, node_client.connection_pool.get_connection(), groups)
+                sent.append(read)
+                commands = [("MGET", *(keys[i] for i in g)) for g in groups]
+                read.connection.send_packed_command(read.connection.pack_commands(commands))
+            self.round_trips += 1
+            self.mgets += len(slots)
+            for read in sent:
+                self._collect(client, read, keys, deadline, out)
+        finally:
+            for read in sent:
+                if not read.done:  # unread answers would reach the next user of the connection
+                    read.connection.disconnect()
+                read.client.connection_pool.release(read.connection)
+        return out
+
+    @staticmethod
+    def _collect(
+        client: RedisCluster,
+        read: _NodeRead,
+        keys: list[bytes],
+        deadline: float,
+        out: list[bytes | None],
+    ) -> None:
+        """Read one node's ``MGET`` answers into ``out``, within what is left of the deadline."""
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0 or not read.connection.can_read(timeout=remaining):
+            raise redis.TimeoutError(
+                f"no answer from {read.connection.host}:{read.connection.port}"
+            )
+        for indices in read.groups:
+            try:
+                values: Any = read.client.parse_response(read.connection, "MGET")
+            except MovedError as exc:
+                client.nodes_manager.move_slot(exc)  # the next read goes to the new owner
+                raise
+            for i, value in zip(indices, values, strict=True):
+                out[i] = value
+        read.done = True
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def ping(self) -> bool:
+        """True when every primary answers ``PING``."""
+        try:
+            return bool(self._writer_client().ping(target_nodes=RedisCluster.PRIMARIES))
+        except (*_CLIENT_ERRORS, StoreUnavailable):
+            return False
+
+    def close(self) -> None:
+        clients = [*self._readers.values()] + ([self._writer] if self._writer else [])
+        for client in clients:
+            try:
+                client.close()
+            except (*_CLIENT_ERRORS, OSError):  # closing must never raise
+                log.warning("closing a redis cluster client failed", exc_info=True)
+        self._readers.clear()
+        self._writer = None
