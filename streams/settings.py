@@ -238,6 +238,21 @@ class Settings(BaseSettings):
         gt=0,
         description="How often Faust workers commit offsets (lower = faster drain checks).",
     )
+    agent_batch_size: int = Field(
+        256,
+        gt=0,
+        description="Messages a pipeline agent takes per batch (one VM call, one store "
+        "pipeline, deliveries awaited once per batch).",
+    )
+    agent_batch_max_wait_ms: int = Field(
+        10, ge=0, description="How long an agent waits to fill a batch (wall clock)."
+    )
+    max_future_ms: int = Field(
+        HOUR_MS,
+        gt=0,
+        description="Events dated more than this ahead of max(partition event-time high-water "
+        "mark, wall clock) are dead-lettered as future_event_time.",
+    )
     bundle_dir: Path | None = Field(
         None, description="Trained model bundle to serve (default: the newest under model_dir)."
     )

@@ -67,5 +67,9 @@ class HistoryBook:
     def entries(self, user_id: int) -> list[Entry]:
         return self._by_user.get(user_id, [])
 
+    def mutable(self, user_id: int) -> list[Entry]:
+        """The user's list itself (created empty), for steps that update it in place."""
+        return self._by_user.setdefault(user_id, [])
+
     def users(self) -> list[int]:
         return list(self._by_user)

@@ -5,15 +5,10 @@ from __future__ import annotations
 from schemas.codec import Codec
 from schemas.limits import Limits
 from store.protocol import FeatureStore
-from streams.engine.aggregator import RollingAggregator
 from streams.engine.config import EngineConfig
-from streams.engine.embedder import Embedder
-from streams.engine.lookahead import Lookahead
 from streams.engine.models import EngineModels
-from streams.engine.neighbours import UserRepresentations
-from streams.engine.recurrence import RecurrencePrior
-from streams.engine.speculator import Speculator
-from streams.engine.verifier import Verifier
+from streams.engine.stages import build_stages
+from streams.engine.steps.verify import VerifyKnobs
 from streams.live.stats import LiveStats
 from streams.settings import Settings
 
@@ -28,17 +23,15 @@ class Components:
         self.models = models
         self.store = store
         self.codec = Codec(Limits(max_candidates=settings.max_candidates))
-        self.lookahead = Lookahead() if "lookahead" in cfg.speculator.strategies else None
-        self.speculator = Speculator(cfg.speculator, self.lookahead)
         # The recurrence prior is fed by the requests agent and read by the verify agent of the
         # same worker (same partitions), in the simulator's order.
-        self.prior = RecurrencePrior() if cfg.verifier.rank_by != "vm" else None
-        self.verifier = (
-            Verifier(models.vm, cfg.verifier, self.prior) if models.vm is not None else None
+        self.stages = build_stages(
+            cfg.speculator, cfg.verifier, models, settings.aggregate_window_ms
         )
-        self.embedder = Embedder(models.fm)
-        self.aggregator = RollingAggregator(settings.aggregate_window_ms)
-        self.reps = UserRepresentations(models.items) if models.items is not None else None
+        self.knobs = VerifyKnobs(
+            cfg.speculator.refresh_after_ms, settings.pair_ttl_ms, settings.history_len
+        )
+        self.reps = self.stages.reps
         #: newest event time seen by this worker (drives event-time decisions in timers)
         self.now_ms = 0
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)

@@ -5,26 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-#: request ids remembered per user in the ledger: a redelivered request is recognised within
-#: the uncommitted window, which holds a handful of a user's requests at most
-VERIFIED_REQUESTS_KEPT = 16
+from streams.engine.steps.verify import VERIFIED_REQUESTS_KEPT, LedgerState
 
 
-def ledger_from_table(value: Any) -> dict[int, int]:
-    """The user's ``item -> embedded at`` map (old list-only values are still read)."""
-    pairs = value.get("pairs", []) if isinstance(value, dict) else (value or [])
-    return {int(i): int(t) for i, t in pairs}
+def ledger_from_table(value: Any) -> LedgerState:
+    """The user's ledger (old list-only values, pairs without request ids, are still read)."""
+    if isinstance(value, dict):
+        pairs, requests = value.get("pairs", []), value.get("requests", [])
+    else:
+        pairs, requests = value or [], []
+    return LedgerState({int(i): int(t) for i, t in pairs}, [str(r) for r in requests])
 
 
-def verified_requests_from_table(value: Any) -> list[str]:
-    """Ids of the user's last verified requests (oldest first)."""
-    return [str(r) for r in value.get("requests", [])] if isinstance(value, dict) else []
-
-
-def ledger_to_table(ledger: dict[int, int], verified_requests: list[str]) -> dict[str, Any]:
+def ledger_to_table(ledger: LedgerState) -> dict[str, Any]:
     return {
-        "pairs": [[i, t] for i, t in ledger.items()],
-        "requests": verified_requests[-VERIFIED_REQUESTS_KEPT:],
+        "pairs": [[i, t] for i, t in ledger.pairs.items()],
+        "requests": ledger.requests[-VERIFIED_REQUESTS_KEPT:],
     }
 
 

@@ -9,9 +9,7 @@ from streams.engine.config import EngineConfig, reader_config
 from streams.engine.neighbours import NeighbourConfig
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
-from streams.settings import Settings
-
-HOUR_MS = 3_600_000
+from streams.settings import HOUR_MS, Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ def run_summary(sim: Simulator) -> dict[str, Any]:
         "fm_pairs_per_request": sim.speculation.embedded / max(sim.requests, 1),
         "speculation_precision": sim.speculation.precision,
         "verifier_drop_rate": verifier.drop_rate if verifier else 0.0,
-        "proposals": sim.speculator.stats.proposed,
-        "skipped_fresh": sim.speculator.stats.skipped_fresh,
+        "proposals": sim.stages.speculator.stats.proposed,
+        "skipped_fresh": sim.stages.speculator.stats.skipped_fresh,
         "read_ms": {"p50": float(np.percentile(reads, 50)), "p99": float(np.percentile(reads, 99))},
         "reader": {
             "timeouts": sim.reader.stats.timeouts,

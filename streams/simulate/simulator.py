@@ -19,18 +19,17 @@ from schemas.records import ImpressionEvent, RequestEvent
 from store.memory import InMemoryStore
 from store.protocol import FeatureStore
 from store.reader import FeatureReader
-from streams.engine.aggregator import AggregateState, RollingAggregator
+from streams.engine.aggregator import AggregateState
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
-from streams.engine.embedder import Embedder
 from streams.engine.history import HistoryBook
-from streams.engine.ledger import record
-from streams.engine.lookahead import Lookahead
 from streams.engine.models import EngineModels
-from streams.engine.neighbours import RefreshClock, UserRepresentations, refresh
+from streams.engine.neighbours import RefreshClock, refresh
 from streams.engine.ranker import rank
-from streams.engine.recurrence import RecurrencePrior
-from streams.engine.speculator import Speculator
-from streams.engine.verifier import Verifier
+from streams.engine.stages import build_stages
+from streams.engine.steps.embed import embed_input
+from streams.engine.steps.history import observe_impression
+from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
+from streams.engine.steps.verify import LedgerState, VerifyKnobs, verify_requests
 from streams.simulate.config import SimConfig
 from streams.simulate.evaluation import EvalRows
 
@@ -49,21 +48,24 @@ class Simulator:
         self.store = store if store is not None else InMemoryStore(clock_ms=lambda: self.now_ms)
         self.reader = FeatureReader(self.store, config.reader)
         self.history = HistoryBook(capacity=2 * config.history_len)
-        lookahead = Lookahead() if "lookahead" in config.speculator.strategies else None
-        self.lookahead = lookahead
-        self.speculator = Speculator(config.speculator, lookahead)
-        self.prior = RecurrencePrior() if config.verifier.rank_by != "vm" else None
-        self.verifier = (
-            Verifier(models.vm, config.verifier, self.prior)
-            if config.verify and models.vm
-            else None
+        self.stages = build_stages(
+            config.speculator,
+            config.verifier,
+            models,
+            config.aggregate_window_ms,
+            config.aggregate_bucket_ms,
+            verify=config.verify,
+            use_neighbours=config.use_neighbours,
         )
-        self.embedder = Embedder(models.fm)
-        self.aggregator = RollingAggregator(config.aggregate_window_ms, config.aggregate_bucket_ms)
-        self.reps = (
-            UserRepresentations(models.items) if config.use_neighbours and models.items else None
+        self.lookahead = self.stages.lookahead
+        self.verifier = self.stages.verifier
+        self.aggregator = self.stages.aggregator
+        self.reps = self.stages.reps
+        self.knobs = VerifyKnobs(
+            config.speculator.refresh_after_ms, config.pair_ttl_ms, config.history_len
         )
-        self.ledgers: dict[int, dict[int, int]] = {}
+        self.saved_reps: dict[int, SavedRep] = {}
+        self.ledgers: dict[int, LedgerState] = {}
         self.agg_states: dict[int, AggregateState] = {}
         self.agg_newest: dict[int, int] = {}
         self.refresh_clock = RefreshClock(
@@ -116,34 +118,38 @@ class Simulator:
 
         # After ranking: what a refresh at t builds may serve only requests later than t.
         self._maybe_refresh_neighbours(t)
-        ledger = self.ledgers.setdefault(u, {})
-        recent_positive = [e[0] for e in self.history.entries(u) if e[1]][-5:]
-        proposals = self.speculator.propose(r, ledger, recent_positive)
-        if self.prior is not None:
-            self.prior.observe(r.candidates, t, u)
-        if self.verifier is not None and proposals:
-            proposals = self.verifier.verify_many([proposals], [len(r.candidates)])[0]
-        record(ledger, (p.item_id for p in proposals), t, cfg.pair_ttl_ms)
-        if proposals:
-            hist = self.history.before(u, t, cfg.history_len)
-            embeddings = self.embedder.embed(proposals, [hist] * len(proposals))
-            self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
-            self.speculation.on_embedded(len(embeddings))
-            aggregate = self.aggregator.add(
-                self.agg_states.setdefault(u, AggregateState()), embeddings
-            )
-            if aggregate is not None:
-                self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
-                self.agg_newest[u] = aggregate.event_time_ms
+        self._pipeline(r)
+
+    def _pipeline(self, r: RequestEvent) -> None:
+        """The live pipeline's steps for one request, in the order the agents run them."""
+        cfg, u = self.config, r.user_id
+        ledger = self.ledgers.setdefault(u, LedgerState())
+        batch = speculate(r, ledger.pairs, self.history.entries(u), self.stages)
         if self.reps is not None:
-            self.reps.observe(u, r.candidates, t)
+            saved = observe_representation(self.reps, r, self.saved_reps.get(u))
+            if saved is not None:
+                self.saved_reps[u] = saved
+        if batch is None:
+            return
+        (res,) = verify_requests(
+            [batch], lambda _: ledger, self.history.entries, self.verifier, self.knobs
+        )
+        if res.ledger is not None:
+            self.ledgers[u] = res.ledger
+        if res.out is None:
+            return
+        item = embed_input(None, res.out)
+        embeddings = self.stages.embedder.embed(item.pairs, item.histories)
+        self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
+        self.speculation.on_embedded(len(embeddings))
+        aggregate = self.aggregator.add(self.agg_states.setdefault(u, AggregateState()), embeddings)
+        if aggregate is not None:
+            self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
+            self.agg_newest[u] = aggregate.event_time_ms
 
     def on_impression(self, imp: ImpressionEvent) -> None:
         u = imp.user_id
-        if self.lookahead is not None:
-            recent = [(e[0], e[2]) for e in self.history.entries(u) if e[1]][-5:]
-            self.lookahead.observe(recent, imp.item_id, imp.label, imp.event_time_ms)
-        self.history.add(u, imp.item_id, imp.label, imp.event_time_ms)
+        observe_impression(self.history.mutable(u), imp, self.history.capacity, self.lookahead)
         pending = self._pending.get(imp.request_id)
         if pending is None:
             return

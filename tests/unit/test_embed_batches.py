@@ -9,7 +9,7 @@ import pytest
 from models.errors import InputError
 from schemas.records import PairEmbedding, PairProposal, ProposalBatch
 from streams.engine.history import UserHistory
-from streams.live.embed_batches import embed_input, embed_isolating
+from streams.engine.steps.embed import embed_input, embed_isolating
 
 T0 = 1_704_067_200_000
 
@@ -76,7 +76,7 @@ def test_embed_input_rejects_broken_preconditions(bad: ProposalBatch, error: typ
 
 
 def test_chunk_by_pairs_caps_pairs_and_never_splits_a_message() -> None:
-    from streams.live.embed_batches import chunk_by_pairs
+    from streams.engine.steps.embed import chunk_by_pairs
 
     items = [embed_input(u, batch(u)) for u in range(7)]  # 2 pairs each
     groups = chunk_by_pairs(items, 5)

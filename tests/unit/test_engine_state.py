@@ -100,17 +100,14 @@ def test_aggregator_rejects_misaligned_window() -> None:
 
 
 def test_ledger_table_value_round_trips_and_reads_the_old_format() -> None:
-    from streams.live.state import (
-        VERIFIED_REQUESTS_KEPT,
-        ledger_from_table,
-        ledger_to_table,
-        verified_requests_from_table,
-    )
+    from streams.engine.steps.verify import VERIFIED_REQUESTS_KEPT, LedgerState
+    from streams.live.state import ledger_from_table, ledger_to_table
 
     ids = [f"r{n}" for n in range(VERIFIED_REQUESTS_KEPT + 3)]
-    value = ledger_to_table({5: 100, 7: 200}, ids)
-    assert ledger_from_table(value) == {5: 100, 7: 200}
-    assert verified_requests_from_table(value) == ids[-VERIFIED_REQUESTS_KEPT:]  # newest kept
+    value = ledger_to_table(LedgerState({5: 100, 7: 200}, ids))
+    back = ledger_from_table(value)
+    assert back.pairs == {5: 100, 7: 200}
+    assert back.requests == ids[-VERIFIED_REQUESTS_KEPT:]  # newest kept
     old = [[5, 100]]  # values written before request ids were remembered
-    assert ledger_from_table(old) == {5: 100} and verified_requests_from_table(old) == []
-    assert ledger_from_table(None) == {} and verified_requests_from_table(None) == []
+    assert ledger_from_table(old) == LedgerState({5: 100}, [])
+    assert ledger_from_table(None) == LedgerState()

@@ -143,7 +143,7 @@ def test_prior_ranked_verifier_runs_at_the_same_budget(
     prior = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="prior")), models())
     vm.run(events)
     prior.run(events)
-    assert prior.prior is not None and vm.prior is None
+    assert prior.stages.prior is not None and vm.stages.prior is None
     assert (
         abs(prior.speculation.embedded - vm.speculation.embedded) <= 0.05 * vm.speculation.embedded
     )

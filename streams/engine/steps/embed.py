@@ -1,4 +1,4 @@
-"""The FM step over a micro-batch of ``verified`` messages, with one bad message isolated.
+"""Embed step: the FM over a micro-batch of ``verified`` messages, one bad message isolated.
 
 Each message is checked before the FM sees it (sorted history times, labels in {0, 1}, one
 strategy per item); the batch then goes through the FM in one call. If that call fails, the
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from schemas.records import PairEmbedding, PairProposal, ProposalBatch
+from schemas.records import EmbeddingBatch, PairEmbedding, PairProposal, ProposalBatch
 from streams.engine.history import UserHistory
 
 E = TypeVar("E")  #: the caller's handle of a message (a Faust event)
@@ -101,3 +101,18 @@ def chunk_by_pairs(items: Sequence[EmbedInput[E]], max_pairs: int) -> list[list[
         groups[-1].append(it)
         size += len(it.pairs)
     return groups
+
+
+def embedding_batch(b: ProposalBatch, mine: Sequence[PairEmbedding]) -> EmbeddingBatch:
+    """The ``embeddings`` message of one verified request (its pairs' vectors, in order)."""
+    first = mine[0]
+    return EmbeddingBatch(
+        b.request_id,
+        b.user_id,
+        b.event_time_ms,
+        first.model_version,
+        first.dtype,
+        first.dim,
+        tuple(e.item_id for e in mine),
+        b"".join(e.vector for e in mine),
+    )

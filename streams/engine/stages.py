@@ -1,0 +1,61 @@
+"""The engine's stage objects for one driver, built in one place from config and models.
+
+The simulator and each Faust worker process used to wire speculator, verifier, embedder,
+aggregator and representations separately (two copies that could drift); both now call
+:func:`build_stages`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams.engine.aggregator import RollingAggregator
+from streams.engine.embedder import Embedder
+from streams.engine.lookahead import Lookahead
+from streams.engine.models import EngineModels
+from streams.engine.neighbours import UserRepresentations
+from streams.engine.recurrence import RecurrencePrior
+from streams.engine.speculator import Speculator, SpeculatorConfig
+from streams.engine.verifier import Verifier, VerifierConfig
+from streams.settings import HOUR_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """Stateful helpers of the steps (their per-user state lives with the driver)."""
+
+    speculator: Speculator
+    lookahead: Lookahead | None
+    #: fed by the requests step, read by the verify step (same worker, same partitions)
+    prior: RecurrencePrior | None
+    #: None = every proposal goes to the FM (no VM, or an oracle run)
+    verifier: Verifier | None
+    embedder: Embedder
+    aggregator: RollingAggregator
+    #: None = no neighbour tier (no item vectors, or switched off)
+    reps: UserRepresentations | None
+
+
+def build_stages(
+    speculator: SpeculatorConfig,
+    verifier: VerifierConfig,
+    models: EngineModels,
+    aggregate_window_ms: int,
+    aggregate_bucket_ms: int = HOUR_MS,
+    verify: bool = True,
+    use_neighbours: bool = True,
+) -> Stages:
+    """The stages of one driver; ``verify``/``use_neighbours`` switch those steps off."""
+    lookahead = Lookahead() if "lookahead" in speculator.strategies else None
+    prior = RecurrencePrior() if verifier.rank_by != "vm" else None
+    return Stages(
+        speculator=Speculator(speculator, lookahead),
+        lookahead=lookahead,
+        prior=prior,
+        verifier=Verifier(models.vm, verifier, prior) if verify and models.vm is not None else None,
+        embedder=Embedder(models.fm),
+        aggregator=RollingAggregator(aggregate_window_ms, aggregate_bucket_ms),
+        reps=UserRepresentations(models.items)
+        if use_neighbours and models.items is not None
+        else None,
+    )

@@ -1,0 +1,1 @@
+"""One module per pipeline stage: the per-event rules both drivers (simulator, Faust) call."""

@@ -1,0 +1,31 @@
+"""Event-time admission: an event dated far ahead of the partition's clock is refused.
+
+One request dated in the future used to set that user's aggregate time ahead of every later
+request (the aggregate was never served again) and stall the neighbour refresh clock. Rule: an
+event more than ``max_future_ms`` ahead of ``max(partition high-water mark, wall clock)`` is
+refused (dead letter ``future_event_time``). The wall clock matters only for replays of old
+traffic (event times far behind it), where a legitimate gap in the log — a night, a weekend —
+must not look like a future event; live, the high-water mark follows the wall clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FUTURE_EVENT_TIME = "future_event_time"
+
+
+@dataclass(slots=True)
+class EventClock:
+    """Per partition: the newest accepted event time (the driver keeps one per process)."""
+
+    max_future_ms: int
+    high_water_ms: dict[int, int] = field(default_factory=dict)
+
+    def admit(self, partition: int, event_time_ms: int, wall_ms: int) -> bool:
+        """True (and the mark advanced) when ``event_time_ms`` is not too far ahead."""
+        mark = self.high_water_ms.get(partition, event_time_ms)
+        if event_time_ms > max(mark, wall_ms) + self.max_future_ms:
+            return False
+        self.high_water_ms[partition] = max(mark, event_time_ms)
+        return True

@@ -1,0 +1,160 @@
+"""Verify step: the VM filters a request's proposals; survivors go to the FM with the history
+known before the request.
+
+Rules that used to live in the Faust agent (so the simulator did not run them):
+- a redelivered request (its id is in the user's verified list) yields nothing: verifying it
+  again would see its own pairs as fresh and pick the next best ones — extra FM work an
+  uninterrupted run never does;
+- freshness is re-checked against the ledger: a request speculated before the previous one's
+  ledger update landed must not embed the same pairs twice;
+- the ledger is returned, not saved: the driver saves it only once the verified batch is
+  durably sent, so a crash in between re-verifies instead of skipping.
+
+Many requests are verified with one VM call. Two requests of one user in the same call would
+both miss each other's ledger update, so a user's requests go to successive *rounds*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from schemas.records import PairProposal, ProposalBatch
+from streams.engine.history import Entry, history_before
+from streams.engine.ledger import is_fresh, record
+from streams.engine.verifier import Verifier
+
+#: request ids remembered per user: a redelivery is recognised within the uncommitted window,
+#: which holds a handful of a user's requests at most
+VERIFIED_REQUESTS_KEPT = 16
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyKnobs:
+    refresh_after_ms: int
+    pair_ttl_ms: int
+    history_len: int
+
+
+@dataclass(slots=True)
+class LedgerState:
+    """Per user: ``item -> event time embedded`` and the ids of the last verified requests."""
+
+    pairs: dict[int, int] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+
+    def copy(self) -> LedgerState:
+        return LedgerState(dict(self.pairs), list(self.requests))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """``out`` is None when nothing goes to the FM; ``ledger`` is None when it is unchanged."""
+
+    out: ProposalBatch | None
+    ledger: LedgerState | None
+    redelivered: bool = False
+    proposed: int = 0
+    verified: int = 0
+
+
+def fresh_filter(
+    b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int
+) -> list[PairProposal]:
+    """The batch's proposals whose pair is not fresh in ``ledger`` (PairProposal per item)."""
+    return [
+        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
+        for item, strategy in zip(b.item_ids, b.strategies, strict=True)
+        if not is_fresh(ledger.pairs, item, b.event_time_ms, refresh_after_ms)
+    ]
+
+
+def verified_batch(
+    b: ProposalBatch, ok: Sequence[PairProposal], entries: list[Entry], length: int
+) -> ProposalBatch:
+    """The message for the FM: kept pairs with scores and the history strictly before ``b``."""
+    hist = history_before(entries, b.event_time_ms, length)
+    return ProposalBatch(
+        b.request_id,
+        b.user_id,
+        b.event_time_ms,
+        b.candidates,
+        tuple(p.item_id for p in ok),
+        tuple(p.strategy for p in ok),
+        tuple(float(p.score or 0.0) for p in ok),
+        tuple(hist.items.tolist()),
+        tuple(hist.labels.tolist()),
+        tuple(hist.times_ms.tolist()),
+    )
+
+
+def rounds(users: Sequence[int]) -> list[int]:
+    """Round number per position: the n-th request of a user in the batch goes to round n."""
+    seen: dict[int, int] = {}
+    out = []
+    for u in users:
+        out.append(seen.get(u, 0))
+        seen[u] = out[-1] + 1
+    return out
+
+
+def verify_requests(
+    batches: Sequence[ProposalBatch],
+    ledgers: Callable[[int], LedgerState],
+    histories: Callable[[int], list[Entry]],
+    verifier: Verifier | None,
+    knobs: VerifyKnobs,
+) -> list[VerifyResult]:
+    """Verify ``batches`` (event order) with one VM call per round; one result per batch.
+
+    ``ledgers``/``histories`` return a user's saved state; they are not mutated (results carry
+    the new ledgers; within the call, later rounds see earlier rounds' updates).
+    """
+    results: list[VerifyResult | None] = [None] * len(batches)
+    current: dict[int, LedgerState] = {}
+    order = rounds([b.user_id for b in batches])
+    for rnd in range(max(order, default=-1) + 1):
+        todo = [i for i, r in enumerate(order) if r == rnd]
+        groups: dict[int, list[PairProposal]] = {}
+        for i in todo:
+            b = batches[i]
+            led = current.get(b.user_id) or ledgers(b.user_id).copy()
+            current[b.user_id] = led
+            if b.request_id in led.requests:
+                results[i] = VerifyResult(None, None, redelivered=True)
+            else:
+                groups[i] = fresh_filter(b, led, knobs.refresh_after_ms)
+        kept = _verify_groups(verifier, batches, groups)
+        for i, ok in kept.items():
+            b, led = batches[i], current[batches[i].user_id]
+            results[i] = _result(b, groups[i], ok, led, histories, knobs)
+    return [r for r in results if r is not None]
+
+
+def _verify_groups(
+    verifier: Verifier | None,
+    batches: Sequence[ProposalBatch],
+    groups: dict[int, list[PairProposal]],
+) -> dict[int, list[PairProposal]]:
+    idx = [i for i, g in groups.items() if g]
+    kept: dict[int, list[PairProposal]] = {i: [] for i in groups if not groups[i]}
+    if verifier is None:
+        return {**kept, **{i: groups[i] for i in idx}}
+    out = verifier.verify_many([groups[i] for i in idx], [batches[i].candidates for i in idx])
+    return {**kept, **dict(zip(idx, out, strict=True))}
+
+
+def _result(
+    b: ProposalBatch,
+    group: list[PairProposal],
+    ok: list[PairProposal],
+    led: LedgerState,
+    histories: Callable[[int], list[Entry]],
+    knobs: VerifyKnobs,
+) -> VerifyResult:
+    if not ok:  # nothing sent, nothing to remember
+        return VerifyResult(None, None, proposed=len(group))
+    record(led.pairs, (p.item_id for p in ok), b.event_time_ms, knobs.pair_ttl_ms)
+    led.requests = [*led.requests, b.request_id][-VERIFIED_REQUESTS_KEPT:]
+    out = verified_batch(b, ok, histories(b.user_id), knobs.history_len)
+    return VerifyResult(out, led.copy(), proposed=len(group), verified=len(ok))

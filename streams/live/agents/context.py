@@ -1,0 +1,124 @@
+"""What every agent adapter shares: topics, tables, engine components and the dead-letter path."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiokafka.errors
+import faust
+from faust.streams import _current_event
+
+from schemas.records import DeadLetter
+from streams.engine.steps.event_time import FUTURE_EVENT_TIME, EventClock
+from streams.live.components import Components
+from streams.live.dead_letters import Origin, dead_letter_for, decode
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+PROCESSING_ERROR = "processing_error"
+#: infrastructure failures: not the message's fault, so never a dead letter (Faust restarts)
+INFRA_ERRORS: tuple[type[BaseException], ...] = (aiokafka.errors.KafkaError,)
+
+
+def origin(event: Any) -> Origin:
+    m = event.message
+    return Origin(m.topic, m.partition, m.offset)
+
+
+def user_key(user_id: int) -> bytes:
+    return str(user_id).encode()
+
+
+@contextlib.contextmanager
+def as_current(event: Any) -> Iterator[None]:
+    """Make ``event`` Faust's current event while a batch is processed.
+
+    Faust's RocksDB tables read and write the partition of the *current* event; inside a
+    ``take_events`` batch that is the batch's last event, so reading another user's state
+    without this would look in the wrong partition (and write its changelog there). Faust's
+    own stream iteration sets the same context variable per event.
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+@dataclass
+class AgentContext:
+    """One Faust app's shared parts, handed to every agent module's ``register``."""
+
+    app: faust.App
+    settings: Settings
+    parts: Components
+    topics: dict[str, Any]
+    tables: dict[str, Any]
+    clock: EventClock
+
+    async def send(self, topic: str, user_id: int, value: Any, event_time_ms: int) -> Any:
+        """Send ``value`` (a record) keyed by user; returns the delivery future."""
+        return await self.topics[topic].send(
+            key=user_key(user_id),
+            value=self.parts.codec.encode(value),
+            timestamp=event_time_ms / 1000,
+        )
+
+    async def dead(self, dl: DeadLetter) -> None:
+        await self.topics["dead-letter"].send(key=dl.raw_key, value=self.parts.codec.encode(dl))
+        self.parts.count(**{f"dead_letters_{dl.reason}": 1})
+
+    async def decoded(self, event: Any, expect: type[T]) -> T | None:
+        """The event's record, or None after sending it to the dead-letter topic."""
+        rec = decode(self.parts.codec, event.value, expect, origin(event), event.key)
+        if isinstance(rec, DeadLetter):
+            await self.dead(rec)
+            return None
+        return rec
+
+    async def admitted(self, event: Any, expect: type[T]) -> T | None:
+        """Like :meth:`decoded`, and refuses events dated too far ahead (entry topics)."""
+        rec = await self.decoded(event, expect)
+        if rec is None:
+            return None
+        t = int(rec.event_time_ms)  # type: ignore[attr-defined]
+        if self.clock.admit(event.message.partition, t, int(time.time() * 1000)):
+            return rec
+        error = f"event time {t} is more than {self.clock.max_future_ms} ms ahead"
+        await self.dead(
+            dead_letter_for(origin(event), event.key, event.value, FUTURE_EVENT_TIME, error)
+        )
+        return None
+
+    async def dead_for(self, event: Any, exc: Exception) -> None:
+        """Dead-letter ``event`` for an error raised while processing it."""
+        log.warning("processing failed", extra={"error": repr(exc)[:500]})
+        error = f"{type(exc).__name__}: {exc}"
+        dl = dead_letter_for(origin(event), event.key, event.value, PROCESSING_ERROR, error)
+        await self.dead(dl)
+
+    @contextlib.asynccontextmanager
+    async def processing(self, event: Any) -> AsyncIterator[None]:
+        """Any error while processing ``event`` dead-letters it (``processing_error``, with the
+        error text) and the agent moves on to the next message; Kafka errors propagate."""
+        try:
+            with as_current(event):
+                yield
+        except INFRA_ERRORS:
+            raise
+        except Exception as exc:
+            await self.dead_for(event, exc)
+
+    def batches(self, stream: faust.StreamT, size: int | None = None) -> Any:
+        """The stream in batches of at most ``size`` events (default from settings)."""
+        s = self.settings
+        return stream.take_events(  # type: ignore[attr-defined]
+            size or s.agent_batch_size, within=s.agent_batch_max_wait_ms / 1000
+        )

@@ -1,0 +1,40 @@
+"""Worker pages (/healthz, /readyz) and the per-second counter flush."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams.live.agents.context import AgentContext
+from streams.live.health import readiness
+from streams.live.offload import STORE_POOL, in_pool
+
+
+def register_pages(ctx: AgentContext, stateful: bool) -> None:
+    app, parts = ctx.app, ctx.parts
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        """Ready: partitions assigned, no rebalance or table recovery, store reachable."""
+        checks = {
+            "partitions_assigned": bool(app.consumer.assignment()),
+            "not_rebalancing": not app.rebalancing,
+            "tables_recovered": not stateful or not app.tables.recovery.in_recovery,  # type: ignore[attr-defined]
+            "store_reachable": await in_pool(STORE_POOL, parts.store.ping),
+        }
+        status, body = readiness(checks)
+        return web.json(body, status=status)
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"live": True})
+
+
+def register_counter_flush(ctx: AgentContext) -> None:
+    parts = ctx.parts
+
+    @ctx.app.timer(interval=1.0)
+    async def flush_counters() -> None:
+        """Counters are batched per second and flushed off the event loop."""
+        pending = parts.take_counts()
+        if pending:
+            await in_pool(STORE_POOL, parts.publish_counts, pending)
