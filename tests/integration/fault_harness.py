@@ -341,7 +341,7 @@ def _store_values(settings: Settings) -> dict[bytes, bytes]:
         values = client.mget(keys) if keys else []
     finally:
         client.close()
-    return {k: bytes(v) for k, v in zip(keys, values, strict=True) if v is not None}
+    return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, bytes)}
 
 
 def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossReport:

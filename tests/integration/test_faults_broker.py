@@ -1,0 +1,196 @@
+"""Fault matrix, broker faults: the test's own broker stopped mid-replay and restarted.
+
+A timed replay (several requests in flight in every stage) runs against a broker this module
+starts with ``infra/kafka.sh`` on free ports and its own data dir (the shared broker is never
+touched). Once the pipeline has embedded part of the traffic, the broker is stopped — with
+SIGTERM (a controlled shutdown) or with kill -9 — kept down for a few seconds and restarted on
+the same data dir. After the replay, the pipeline must catch up with nothing lost (see
+:func:`tests.integration.fault_harness.check_nothing_lost`): every verified pair in Redis and in
+the ``embeddings`` topic, aggregates equal to the ones folded from the run's own embeddings and
+to the simulator's counts, and the simulator's set of verified pairs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.live.stats import read_stats
+from streams.settings import REPO_ROOT, Settings
+from tests.conftest import require_kafka_and_redis
+from tests.integration.fault_harness import (
+    STATELESS_RANKING,
+    TimedReplay,
+    check_nothing_lost,
+    fault_pipeline,
+    fault_traffic,
+    free_port,
+    pair_keys,
+    print_measured,
+    wait_caught_up,
+    wait_for,
+)
+from tests.integration.live_harness import live_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+#: the replay plays the traffic's requests in about this many wall seconds
+REPLAY_WALL_S = 30.0
+#: pairs in Redis before the fault: the pipeline is well into the replay, not starting up
+PAIRS_BEFORE_FAULT = 150
+#: how long the broker stays away (longer than a Faust commit interval and a client retry)
+DOWN_S = 5.0
+
+
+@dataclass
+class OwnBroker:
+    """A broker of this test module: ``infra/kafka.sh`` with its own ports and data dir."""
+
+    data_dir: Path
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _script(self, command: str) -> None:
+        env = os.environ | {
+            "SOLARIS_KAFKA_PORT": str(self.port),
+            "SOLARIS_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+            "SOLARIS_KAFKA_DATA_DIR": str(self.data_dir),
+            "SOLARIS_KAFKA_HEAP": "512m",
+            "SOLARIS_PYTHON": sys.executable,
+        }
+        done = subprocess.run(
+            ["bash", str(REPO_ROOT / "infra" / "kafka.sh"), command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        if done.returncode:
+            raise RuntimeError(f"kafka.sh {command} failed:\n{done.stdout}\n{done.stderr}")
+
+    def start(self) -> float:
+        """Start (or restart on the same data) and wait until it answers; returns seconds."""
+        t0 = time.monotonic()
+        self._script("start")
+        return time.monotonic() - t0
+
+    def stop(self) -> None:
+        """SIGTERM and wait for the controlled shutdown (the script escalates after 30 s)."""
+        self._script("stop")
+
+    def kill9(self) -> None:
+        pid = int((self.data_dir / "kafka.pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        wait_for("the killed broker to exit", lambda: not _alive(pid), timeout_s=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnBroker]:
+    require_kafka_and_redis(Settings())  # Redis is the shared one; the jars come with Kafka's
+    broker = OwnBroker(tmp_path_factory.mktemp("own-kafka"), free_port(), free_port())
+    try:
+        broker.start()
+    except RuntimeError as exc:
+        pytest.skip(f"cannot start a second local broker: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def traffic_faults() -> Path:
+    base = Settings().cache_dir / "test-data"
+    base.mkdir(parents=True, exist_ok=True)
+    return fault_traffic(base / "faults-v1.avro")
+
+
+def _run_with_broker_fault(
+    broker: OwnBroker,
+    stop: Callable[[], None],
+    traffic: Path,
+    bundle: Path,
+    log_dir: Path,
+) -> tuple[Settings, dict[str, Any]]:
+    settings = live_settings(
+        Settings(),
+        uuid.uuid4().hex[:10],
+        bundle,
+        kafka_bootstrap=broker.bootstrap,
+        **STATELESS_RANKING,
+    )
+    with fault_pipeline(settings, log_dir) as procs:
+        replay = TimedReplay(settings, traffic, TimedReplay.speed_for(traffic, REPLAY_WALL_S))
+        replay.start()
+        wait_for(
+            f"{PAIRS_BEFORE_FAULT} pairs embedded",
+            lambda: pair_keys(settings) >= PAIRS_BEFORE_FAULT,
+            timeout_s=180,
+        )
+        at_fault, t_fault = pair_keys(settings), time.monotonic() - replay.started_at
+        down = time.monotonic()
+        stop()
+        time.sleep(DOWN_S)
+        procs.alive()  # the workers ride out the outage
+        restart_s = broker.start()
+        outage_s = time.monotonic() - down
+        up = time.monotonic()
+        stats = replay.join()
+        assert replay.running is False and stats.requests > 0
+        recovery_s = wait_caught_up(settings, procs)
+        caught_up_s = time.monotonic() - up
+        procs.alive()
+        time.sleep(1.5)  # the workers publish their counters once a second
+    counters = read_stats(settings)["pipeline"]
+    return settings, {
+        "requests": stats.requests,
+        "pairs_at_fault": at_fault,
+        "fault_at_s": t_fault,
+        "outage_s": outage_s,
+        "restart_s": restart_s,
+        "caught_up_after_restart_s": caught_up_s,
+        "drain_after_replay_s": recovery_s,
+        "skipped_redelivered_requests": int(counters.get("redelivered", 0)),
+    }
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill9"])
+def test_broker_stopped_mid_replay_and_restarted_loses_nothing(
+    how: str,
+    own_broker: OwnBroker,
+    traffic_faults: Path,
+    bundle: Path,
+    tmp_path: Path,
+) -> None:
+    stop = own_broker.stop if how == "sigterm" else own_broker.kill9
+    settings, measured = _run_with_broker_fault(own_broker, stop, traffic_faults, bundle, tmp_path)
+    report = check_nothing_lost(settings, traffic_faults, bundle)
+    measured |= {
+        "verified_pairs": report.verified,
+        "verified_twice": report.verified_duplicates,
+        "embedded_twice": report.embedding_duplicates,
+        "aggregates": report.aggregates,
+    }
+    print_measured(f"broker {how}", measured)
+    report.assert_nothing_lost()
