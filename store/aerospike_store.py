@@ -14,6 +14,10 @@ name, write id, chunk count, size, CRC-32). Chunks are overwritten in place, so 
 bounded; a reader keeps a snapshot only if every chunk carries the manifest's write id and the
 size and CRC match, so a torn or half-written snapshot is re-read or skipped, never mixed.
 The ``aerospike`` client is imported lazily: it is an optional extra (``solaris[aerospike]``).
+
+A secured cluster takes :class:`AerospikeAuth`: user/password (internal authentication) and TLS
+(the nodes' TLS name and the CA that signs their certificates); :func:`client_config` turns it
+into the client's config dict.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import logging
 import uuid
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
@@ -58,6 +64,48 @@ def parse_hosts(hosts: str) -> list[tuple[str, int]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class AerospikeAuth:
+    """Credentials and TLS of a secured Aerospike cluster; empty fields are not used.
+
+    ``tls_name`` turns TLS on: it is the name the nodes' certificates carry (Aerospike checks
+    it instead of the address). ``password`` is left out of ``repr`` so it is never logged.
+    """
+
+    user: str = ""
+    password: str = field(default="", repr=False)
+    tls_name: str = ""
+    tls_cafile: str = ""
+
+
+def client_config(hosts: str, auth: AerospikeAuth | None = None) -> dict[str, Any]:
+    """The ``aerospike.client`` config for ``hosts`` and ``auth``.
+
+    Raises ``ValueError`` for an inconsistent ``auth`` (a user without password or the reverse,
+    a CA file without a TLS name, a CA file that does not exist)."""
+    auth = auth or AerospikeAuth()
+    problems = []
+    if bool(auth.user) != bool(auth.password):
+        problems.append("SOLARIS_AEROSPIKE_USER and SOLARIS_AEROSPIKE_PASSWORD go together")
+    if auth.tls_cafile and not auth.tls_name:
+        problems.append("SOLARIS_AEROSPIKE_TLS_CAFILE needs SOLARIS_AEROSPIKE_TLS_NAME")
+    if auth.tls_cafile and not Path(auth.tls_cafile).is_file():
+        problems.append(f"SOLARIS_AEROSPIKE_TLS_CAFILE={auth.tls_cafile} is not a readable file")
+    if problems:
+        raise ValueError("Aerospike security settings: " + "; ".join(problems))
+    seeds = parse_hosts(hosts)
+    config: dict[str, Any] = {"hosts": seeds}
+    if auth.user:
+        config["user"] = auth.user
+        config["password"] = auth.password
+    if auth.tls_name:
+        config["hosts"] = [(host, port, auth.tls_name) for host, port in seeds]
+        config["tls"] = {"enable": True}
+        if auth.tls_cafile:
+            config["tls"]["cafile"] = auth.tls_cafile
+    return config
+
+
 def ttl_seconds(ttl_ms: int) -> int:
     """Record TTL in whole seconds, rounded up (never shorter than asked), at least 1 s.
 
@@ -80,6 +128,7 @@ class AerospikeStore:
         *,
         client: Any | None = None,
         snapshot_chunk_bytes: int = DEFAULT_SNAPSHOT_CHUNK_BYTES,
+        auth: AerospikeAuth | None = None,
     ) -> None:
         if snapshot_chunk_bytes < 1:
             raise ValueError(f"snapshot_chunk_bytes must be positive, not {snapshot_chunk_bytes}")
@@ -93,7 +142,7 @@ class AerospikeStore:
         self.namespace = namespace
         self.snapshot_chunk_bytes = snapshot_chunk_bytes
         self._sets = {k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "snap", "snapc")}
-        self._client = client if client is not None else _connect(hosts)
+        self._client = client if client is not None else _connect(client_config(hosts, auth))
         #: Number of read round trips served (tests assert the reader's budget with it).
         self.round_trips = 0
 
@@ -245,14 +294,15 @@ class AerospikeStore:
         self._client.close()
 
 
-def _connect(hosts: str) -> Any:
+def _connect(config: dict[str, Any]) -> Any:
     import aerospike
     from aerospike import exception as aero_exc
 
     try:
-        return aerospike.client({"hosts": parse_hosts(hosts)}).connect()
+        return aerospike.client(config).connect()
     except aero_exc.AerospikeError as exc:
-        raise StoreUnavailable(f"cannot connect to Aerospike at {hosts}: {exc}") from exc
+        seeds = ",".join(f"{h[0]}:{h[1]}" for h in config["hosts"])
+        raise StoreUnavailable(f"cannot connect to Aerospike at {seeds}: {exc}") from exc
 
 
 def _check_batch(op: str, result: Any, n: int, *, absent_ok: bool) -> None:

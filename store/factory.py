@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from store.aerospike_store import AerospikeAuth
 from store.keys import KeyLayout
 from store.protocol import FeatureStore
 
@@ -12,6 +13,7 @@ def open_store(
     url: str = "",
     aerospike_hosts: str = "",
     aerospike_namespace: str = "test",
+    aerospike_auth: AerospikeAuth | None = None,
     key_prefix: str = "sol",
 ) -> FeatureStore:
     """Open a store backend by name (``redis``, ``redis-cluster``, ``aerospike`` or ``memory``)."""
@@ -27,7 +29,7 @@ def open_store(
     if backend == "aerospike":
         from store.aerospike_store import AerospikeStore
 
-        return AerospikeStore(aerospike_hosts, aerospike_namespace, key_prefix)
+        return AerospikeStore(aerospike_hosts, aerospike_namespace, key_prefix, auth=aerospike_auth)
     if backend == "memory":
         from store.memory import InMemoryStore
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from store.aerospike_store import AerospikeAuth
 from store.factory import open_store
 from store.protocol import FeatureStore
 from streams.settings import Settings
@@ -13,5 +14,17 @@ def store_from_settings(settings: Settings) -> FeatureStore:
         url=settings.store_url,
         aerospike_hosts=settings.aerospike_hosts,
         aerospike_namespace=settings.aerospike_namespace,
+        aerospike_auth=aerospike_auth(settings),
         key_prefix=settings.key_prefix,
+    )
+
+
+def aerospike_auth(settings: Settings) -> AerospikeAuth:
+    """Aerospike user/password and TLS from the settings (the store knows no settings)."""
+    cafile = settings.aerospike_tls_cafile
+    return AerospikeAuth(
+        user=settings.aerospike_user,
+        password=settings.aerospike_password.get_secret_value(),
+        tls_name=settings.aerospike_tls_name,
+        tls_cafile=str(cafile) if cafile is not None else "",
     )
