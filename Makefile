@@ -38,6 +38,12 @@ bench:  ## all benchmarks (~10 min; Kafka + Redis started if needed): bench/resu
 	@test -x $(SOLARIS) || $(MAKE) setup
 	@SOLARIS_LOG_LEVEL=$${SOLARIS_LOG_LEVEL:-WARNING} bash infra/with-services.sh $(SOLARIS) bench all --json bench/results
 
+.PHONY: gpu-check
+# On a GPU host with the `gpu` extra: fails loudly unless the FM really runs on CUDA.
+gpu-check:  ## CUDA check + bench fm on CUDA: providers, pairs/s, live/bare -> bench/results/fm-cuda.json
+	@test -x $(SOLARIS) || $(MAKE) setup
+	@bash infra/gpu_check.sh $(if $(SMOKE),--smoke)
+
 infra-up: setup  ## start the local Kafka broker and Redis
 	@$(SOLARIS) infra up
 

@@ -111,6 +111,16 @@ def resolve_providers(requested: Sequence[str] | None) -> list[str]:
     return list(requested)
 
 
+def inactive_providers(usable: Sequence[str], active: Sequence[str]) -> list[str]:
+    """Providers a session was asked for but did not get.
+
+    onnxruntime-gpu lists ``CUDAExecutionProvider`` as available even when the CUDA / cuDNN
+    libraries cannot be loaded, then builds the session on CPU with only a log line: compare
+    what was asked with what the session actually has.
+    """
+    return [p for p in usable if p not in active]
+
+
 #: device name onnxruntime uses for ``OrtValue`` / IO binding, per execution provider
 BINDING_DEVICES = {CUDA: "cuda", CPU: "cpu"}
 
@@ -161,6 +171,14 @@ class OnnxSession:
             self._session = ort.InferenceSession(str(self.path), opts, providers=usable)
         except Exception as exc:  # ORT raises its own exception family plus RuntimeError
             raise InferenceError(f"cannot load {self.path}: {exc}") from exc
+        inactive = inactive_providers(usable, self._session.get_providers())
+        if inactive and providers:  # an explicit request is a requirement
+            raise InferenceError(
+                f"{self.path.name}: onnxruntime could not start {inactive} (libraries missing or "
+                f"no device?); the session has {self._session.get_providers()}"
+            )
+        if inactive:
+            log.warning("%s: %s unavailable, running on CPU", self.path.name, inactive)
         self.provider: str = self._session.get_providers()[0]
         self.device = binding_device(self.provider, io_binding)
         options = self._session.get_provider_options().get(self.provider, {})

@@ -6,6 +6,9 @@ No GPU here: the CUDA run itself is checked by ``make gpu-check`` on a GPU host.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,17 @@ import pytest
 
 from models.errors import InferenceError
 from models.features import Vocab
-from models.runtime import CPU, CUDA, FMRunner, OnnxSession, UserHistory, binding_device
+from models.runtime import (
+    CPU,
+    CUDA,
+    FMRunner,
+    OnnxSession,
+    UserHistory,
+    available_providers,
+    binding_device,
+    inactive_providers,
+)
+from streams.settings import REPO_ROOT
 
 L = 5
 DIM = 8
@@ -93,3 +106,27 @@ def test_bound_path_wraps_onnxruntime_errors(fm_onnx: Path) -> None:
     bound = OnnxSession(fm_onnx, providers=[CPU], io_binding=True)
     with pytest.raises(InferenceError, match="inference failed"):
         bound.run({"no_such_input": np.zeros(2, np.float32)})
+
+
+def test_a_provider_the_session_did_not_get_is_reported() -> None:
+    # onnxruntime-gpu lists CUDA, then falls back to CPU when its libraries do not load
+    assert inactive_providers([CUDA, CPU], [CPU]) == [CUDA]
+    assert inactive_providers([CUDA, CPU], [CUDA, CPU]) == []
+    assert inactive_providers([CPU], [CPU]) == []
+
+
+def test_gpu_check_fails_loudly_without_cuda() -> None:
+    if CUDA in available_providers():
+        pytest.skip("this host has CUDA: run `make gpu-check` instead")
+    env = {**os.environ, "SOLARIS_PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "infra" / "gpu_check.sh"), "--smoke"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL" in proc.stderr and CUDA in proc.stderr
+    assert "2/3" not in proc.stdout  # stopped before starting services or the bench
