@@ -6,8 +6,11 @@ Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> user aggregate ->
 event (``value.event_time_ms < request event_time_ms``) and is within its TTL at the request's
 event time: physical expiry in the store is never trusted for freshness.
 
-The reader never raises to the ranker: on deadline or store error it returns what it has, the
-rest as missing, and counts it in :attr:`FeatureReader.stats`.
+The reader never raises to the ranker and never blocks much past its deadline: on deadline,
+store error or anything unexpected the lookup's candidates are missing (a value already found
+in round 1 is kept on a round-2 timeout or store error), counted once per lookup by reason in
+:attr:`FeatureReader.stats`. A lookup that ends past its deadline for any reason counts as a
+timeout. Corrupt values (see :mod:`store.values`) are counted per value and never served.
 """
 
 from __future__ import annotations
@@ -16,17 +19,26 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from schemas.limits import MIN_EVENT_TIME_MS
+from schemas.records import PairEmbedding
 from store.batch_decode import decode_many
 from store.errors import CorruptValue, StoreError, StoreTimeout
 from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
-from store.values import decode_neighbours
+from store.values import decode_neighbours, encode_pair
 
 log = logging.getLogger(__name__)
+
+
+def _probe_value(dim: int) -> bytes:
+    """A valid pair value, decoded once at construction to pay numpy's first-call costs."""
+    return encode_pair(
+        PairEmbedding.from_array(0, 0, MIN_EVENT_TIME_MS, "probe", np.zeros(dim, np.float32))
+    )
 
 
 class Lookup(NamedTuple):
@@ -45,6 +57,15 @@ class ColdStartIndex(Protocol):
         self, item_ids: Sequence[int], k: int, exclude_user: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(user_ids int64 [<=k], weights float32 [<=k])``, best first."""
+        ...
+
+
+@runtime_checkable
+class Warmable(Protocol):
+    """A store that opens its read connections ahead of the first read (e.g. Redis)."""
+
+    def warm(self) -> None:
+        """Blocking, bounded, idempotent; never raises."""
         ...
 
 
@@ -75,8 +96,11 @@ class ReaderStats:
     calls: int = 0
     lookups: int = 0
     round_trips: int = 0
+    #: lookups that missed their deadline (the store timed out, or the lookup ended late)
     timeouts: int = 0
+    #: lookups that hit any other store error (refused, reset, no open connection, ...)
     store_errors: int = 0
+    #: stored values that failed a check (checksum, format, bounds, NaN): never served
     corrupt_values: int = 0
     #: lookups that hit an unexpected error (a bug or a bad snapshot): served as missing
     internal_errors: int = 0
@@ -97,6 +121,9 @@ class FeatureReader:
         self.config = config or ReaderConfig()
         self.cold_start = cold_start
         self.stats = ReaderStats()
+        if isinstance(store, Warmable):  # connect now, not inside the first lookup's deadline
+            store.warm()
+        decode_many([_probe_value(self.config.dim)], self.config.dim)  # first-call costs, too
 
     def lookup(
         self,
@@ -107,36 +134,53 @@ class FeatureReader:
     ) -> Lookup:
         """Tiered embeddings of ``item_ids`` for ``user_id`` as of ``event_time_ms``.
 
-        Blocks at most about ``deadline_ms`` (default from the config); never raises.
+        Blocks at most about ``deadline_ms`` (default from the config) in total; never raises.
         """
-        cfg = self.config
         start = time.perf_counter()
-        budget = cfg.deadline_ms if deadline_ms is None else deadline_ms
-        items = list(map(int, item_ids))
-        n = len(items)
-        out = Lookup(
-            np.zeros((n, cfg.dim), np.float32),
+        budget = self.config.deadline_ms if deadline_ms is None else deadline_ms
+        self.stats.calls += 1
+        try:
+            items = list(map(int, item_ids))
+            user, t = int(user_id), int(event_time_ms)
+        except Exception:  # not ids: nothing can be served, and the ranker must not fail
+            log.exception("feature lookup got invalid ids; serving missing")
+            self.stats.internal_errors += 1
+            return self._empty(len(item_ids) if hasattr(item_ids, "__len__") else 0)
+        out = self._empty(len(items))
+        self.stats.lookups += len(items)
+        late = False
+        if items:
+            late = self._guarded_fill(user, items, t, budget, start, out)
+        if late or (time.perf_counter() - start) * 1000.0 > budget:
+            self.stats.timeouts += 1
+        self.stats.tiers += np.bincount(out.tiers, minlength=len(Tier))
+        return out
+
+    def _empty(self, n: int) -> Lookup:
+        return Lookup(
+            np.zeros((n, self.config.dim), np.float32),
             np.full(n, Tier.MISSING, np.uint8),
             np.full(n, -1, np.int64),
         )
-        self.stats.calls += 1
-        self.stats.lookups += n
-        if n:
-            try:
-                self._fill(user_id, items, event_time_ms, budget, start, out)
-            except StoreTimeout:
-                self.stats.timeouts += 1
-            except StoreError as exc:
-                self.stats.store_errors += 1
-                log.warning("store read failed; serving missing", extra={"error": str(exc)})
-            except Exception:  # the ranker must never fail a request on its features
-                self.stats.internal_errors += 1
-                log.exception("feature lookup failed; serving missing")
-                out.vectors[:] = 0.0  # a half-filled row must not pass for a served value
-                out.tiers[:] = Tier.MISSING
-                out.ages_ms[:] = -1
-        self.stats.tiers += np.bincount(out.tiers, minlength=len(Tier))
-        return out
+
+    def _guarded_fill(
+        self, user: int, items: list[int], t: int, budget: float, start: float, out: Lookup
+    ) -> bool:
+        """Run :meth:`_fill`; translate every failure into counted missing. True = deadline hit."""
+        try:
+            return self._fill(user, items, t, budget, start, out)
+        except StoreTimeout:
+            return True
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            log.warning("store read failed; serving missing", extra={"error": str(exc)})
+        except Exception:  # the ranker must never fail a request on its features
+            self.stats.internal_errors += 1
+            log.exception("feature lookup failed; serving missing")
+            out.vectors[:] = 0.0  # a half-filled row must not pass for a served value
+            out.tiers[:] = Tier.MISSING
+            out.ages_ms[:] = -1
+        return False
 
     def _fresh(
         self, present: np.ndarray, times: np.ndarray, tags: np.ndarray, t: int, ttl: int
@@ -148,7 +192,8 @@ class FeatureReader:
 
     def _fill(
         self, user: int, items: list[int], t: int, budget: float, start: float, out: Lookup
-    ) -> None:
+    ) -> bool:
+        """Round 1 (own keys), then round 2 (neighbours) if budget is left. True = deadline hit."""
         cfg = self.config
         res = self.store.read(
             ReadBatch(pairs=[(user, i) for i in items], aggregates=[user], neighbours=[user]),
@@ -165,24 +210,24 @@ class FeatureReader:
         out.ages_ms[exact] = t - pairs.event_time_ms[exact]
         rest = ~exact
         if not rest.any():
-            return
+            return False
         agg = decode_many(res.aggregates, cfg.dim)
         self.stats.corrupt_values += agg.corrupt
         if self._fresh(agg.present, agg.event_time_ms, agg.version_tag, t, cfg.aggregate_ttl_ms)[0]:
             out.vectors[rest] = agg.vectors[0]
             out.tiers[rest] = Tier.AGGREGATE
             out.ages_ms[rest] = t - agg.event_time_ms[0]
-            return
+            return False
         nb_ids, nb_weights = self._neighbours(user, items, res.neighbours[0], t)
         if nb_ids.size == 0:
-            return
+            return False
         remaining = budget - (time.perf_counter() - start) * 1000.0
         if remaining <= 0:
-            self.stats.timeouts += 1
-            return
+            return True
         self._fill_from_neighbours(
             items, t, nb_ids, nb_weights, np.flatnonzero(rest), remaining, out
         )
+        return False
 
     def _neighbours(
         self, user: int, items: list[int], raw: bytes | None, t: int

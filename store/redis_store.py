@@ -1,5 +1,9 @@
 """Redis backend: one ``MGET`` per read (one round trip), pipelined ``SET ... PX`` writes.
 
+Reads go through a :class:`~store.redis_pool.ReadPool` of pre-warmed connections with one overall
+deadline per read (connect and handshake never happen on the request path); writes, snapshots
+and ``ping`` use an ordinary redis-py client.
+
 All keys of a user share a hash tag (see :mod:`store.keys`), so a request's first-round read
 is one ``MGET`` even on Redis Cluster. The cross-user neighbour read also uses one ``MGET``,
 which a standalone Redis (or a proxy) serves in one round trip; on Redis Cluster it would need
@@ -9,6 +13,7 @@ one ``MGET`` per slot.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from itertools import groupby
 from operator import itemgetter
@@ -21,25 +26,32 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
+from store.redis_pool import ReadPool
 from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 _WRITE_TIMEOUT_S = 5.0
+#: read connections: one per reading thread is enough; spares cover the ones being repaired
+READ_POOL_SIZE = 4
 log = logging.getLogger(__name__)
 
 
 class RedisStore:
     """A :class:`~store.protocol.FeatureStore` on Redis.
 
-    Reads use a client whose socket timeout equals the read deadline and which never retries,
-    so a slow or dead Redis costs the ranker at most one deadline. One client (with its own
-    connection pool) is kept per distinct deadline; rankers use one deadline, so one client.
+    ``read`` blocks at most ``timeout_ms`` in total (not per socket operation) and never
+    retries, so a slow or dead Redis costs the ranker at most one deadline. Its connections are
+    opened by :meth:`warm` (the :class:`~store.reader.FeatureReader` calls it at construction),
+    else by the first read; writers that never read open none.
     """
 
-    def __init__(self, url: str, layout: KeyLayout | None = None) -> None:
+    def __init__(
+        self, url: str, layout: KeyLayout | None = None, read_pool_size: int = READ_POOL_SIZE
+    ) -> None:
         self.url = url
         self.layout = layout or KeyLayout()
+        self.read_pool_size = read_pool_size
         self._writer = self._client(_WRITE_TIMEOUT_S)
-        self._readers: dict[float, redis.Redis] = {}
+        self._pool: ReadPool | None = None
         #: Number of read round trips sent (tests assert the reader's budget with it).
         self.round_trips = 0
 
@@ -53,12 +65,15 @@ class RedisStore:
             health_check_interval=0,
         )
 
-    def _reader(self, timeout_ms: float) -> redis.Redis:
-        key = round(timeout_ms, 1)
-        client = self._readers.get(key)
-        if client is None:
-            client = self._readers[key] = self._client(max(key, 0.1) / 1000.0)
-        return client
+    def warm(self) -> None:
+        """Open the read connections now (blocking, bounded); idempotent. Never raises: if Redis
+        is down, a background thread keeps trying and reads fail fast until it succeeds."""
+        self._read_pool()
+
+    def _read_pool(self) -> ReadPool:
+        if self._pool is None:
+            self._pool = ReadPool(self.url, self.read_pool_size)
+        return self._pool
 
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
         if not items:
@@ -122,17 +137,13 @@ class RedisStore:
         return keys
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        deadline = time.monotonic() + timeout_ms / 1000.0
         keys = self.keys_for(batch)
         if not keys:
             return ReadResult()
+        pool = self._read_pool()
         self.round_trips += 1
-        try:
-            # bytes: the clients are built without decode_responses
-            values: list[bytes | None] = self._reader(timeout_ms).mget(keys)  # type: ignore[assignment]
-        except redis.TimeoutError as exc:
-            raise StoreTimeout(f"redis read of {len(keys)} keys exceeded {timeout_ms} ms") from exc
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"redis read failed: {exc}") from exc
+        values = pool.mget(keys, deadline)
         n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
         return ReadResult(
             pairs=values[:n_pairs],
@@ -147,9 +158,10 @@ class RedisStore:
             return False
 
     def close(self) -> None:
-        for client in (self._writer, *self._readers.values()):
-            try:
-                client.close()
-            except (redis.RedisError, OSError):  # closing must never raise
-                log.warning("closing a redis client failed", exc_info=True)
-        self._readers.clear()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        try:
+            self._writer.close()
+        except (redis.RedisError, OSError):  # closing must never raise
+            log.warning("closing a redis client failed", exc_info=True)

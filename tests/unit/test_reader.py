@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -212,3 +213,41 @@ def test_corrupt_value_is_counted_and_never_served(
     assert tiers.tolist() == [Tier.AGGREGATE]  # falls to the next tier
     np.testing.assert_allclose(vectors[0], vec(0.25))
     assert r.stats.corrupt_values == 1
+
+
+class _SlowStore(InMemoryStore):
+    """Answers correctly but late (a store that ignores its timeout)."""
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        time.sleep(0.03)
+        return super().read(batch, timeout_ms)
+
+
+def test_a_late_lookup_counts_as_timeout_even_without_a_store_timeout() -> None:
+    slow = _SlowStore(clock_ms=lambda: T0)
+    slow.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
+    r = FeatureReader(slow, ReaderConfig(dim=DIM, pair_ttl_ms=HOUR, deadline_ms=5.0))
+    assert r.lookup(1, [10], T0 + 1).tiers.tolist() == [Tier.EXACT]  # late but correct: served
+    assert r.stats.timeouts == 1
+    r.lookup(1, [10], T0 + 1, deadline_ms=1_000.0)
+    assert r.stats.timeouts == 1  # in time: not counted
+
+
+def test_invalid_ids_give_missing_not_an_exception(store: InMemoryStore) -> None:
+    r = reader(store)
+    vectors, tiers, _ = r.lookup(1, ["x", None], T0)  # type: ignore[list-item]
+    assert tiers.tolist() == [Tier.MISSING] * 2 and not vectors.any()
+    assert r.stats.internal_errors == 1
+
+
+class _Warm(InMemoryStore):
+    warmed = 0
+
+    def warm(self) -> None:
+        self.warmed += 1
+
+
+def test_reader_warms_a_store_that_keeps_connections() -> None:
+    s = _Warm()
+    FeatureReader(s, ReaderConfig(dim=DIM))
+    assert s.warmed == 1
