@@ -61,12 +61,35 @@ def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
     return keys
 
 
-def group_by_slot(keys: Sequence[bytes]) -> dict[int, list[int]]:
-    """Indices of ``keys`` by cluster hash slot; slots and indices in first-seen order."""
-    slots: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        slots.setdefault(key_slot(key), []).append(i)
+def batch_slots(layout: KeyLayout, batch: ReadBatch) -> list[int]:
+    """The cluster slot of every key of :func:`batch_keys`, in the same order.
+
+    Every key of a user carries the hash tag ``{u<user>}`` (see :mod:`store.keys`), so the slot
+    is computed once per user instead of once per key (CRC16 in Python: ~1 us a key, 500 keys
+    a request).
+    """
+    cache: dict[int, int] = {}
+
+    def slot(user: int) -> int:
+        found = cache.get(user)
+        if found is None:
+            found = cache[user] = key_slot(layout.user_tag(user).encode())
+        return found
+
+    slots: list[int] = []
+    for user, run in groupby(batch.pairs, key=itemgetter(0)):
+        slots.extend([slot(user)] * sum(1 for _ in run))
+    slots.extend(slot(u) for u in batch.aggregates)
+    slots.extend(slot(u) for u in batch.neighbours)
     return slots
+
+
+def group_by_slot(slots: Sequence[int]) -> dict[int, list[int]]:
+    """Indices by slot (``slots[i]`` is key i's slot); slots and indices in first-seen order."""
+    groups: dict[int, list[int]] = {}
+    for i, slot in enumerate(slots):
+        groups.setdefault(slot, []).append(i)
+    return groups
 
 
 @dataclass(slots=True)
@@ -189,7 +212,8 @@ class RedisClusterStore:
             return ReadResult()
         deadline = time.perf_counter() + timeout_ms / 1000.0
         try:
-            values = self._mget_by_slot(self._reader(timeout_ms), keys, deadline)
+            slots = group_by_slot(batch_slots(self.layout, batch))
+            values = self._mget_by_slot(self._reader(timeout_ms), keys, slots, deadline)
         except redis.TimeoutError as exc:
             raise StoreTimeout(
                 f"redis cluster read of {len(keys)} keys exceeded {timeout_ms} ms"
@@ -204,13 +228,16 @@ class RedisClusterStore:
         )
 
     def _mget_by_slot(
-        self, client: RedisCluster, keys: list[bytes], deadline: float
+        self,
+        client: RedisCluster,
+        keys: list[bytes],
+        slots: dict[int, list[int]],
+        deadline: float,
     ) -> list[bytes | None]:
         """One ``MGET`` per slot, pipelined per node; all nodes written before any is read."""
-        slots = group_by_slot(keys)
         by_node: dict[str, tuple[ClusterNode, list[list[int]]]] = {}
-        for indices in slots.values():
-            node = client.get_node_from_key(keys[indices[0]])
+        for slot, indices in slots.items():
+            node = client.nodes_manager.get_node_from_slot(slot)
             by_node.setdefault(node.name, (node, []))[1].append(indices)
         sent: list[_NodeRead] = []
         out: list[bytes | None] = [None] * len(keys)

@@ -25,7 +25,7 @@ from store.factory import open_store
 from store.keys import KeyLayout
 from store.protocol import ReadBatch
 from store.reader import FeatureReader, ReaderConfig
-from store.redis_cluster_store import RedisClusterStore, group_by_slot
+from store.redis_cluster_store import RedisClusterStore, batch_keys, batch_slots, group_by_slot
 from store.tiers import Tier
 from store.values import decode_vector
 from streams.settings import REPO_ROOT, Settings
@@ -123,11 +123,16 @@ def paused_master(url: str, key: bytes, pause_ms: int) -> Iterator[None]:
         admin.close()
 
 
-def test_group_by_slot_keeps_order_within_and_across_slots() -> None:
-    keys = [b"a:{u1}:p:1", b"a:{u2}:p:1", b"a:{u1}:p:2", b"a:{u1}:agg", b"a:{u2}:nb"]
-    groups = group_by_slot(keys)
-    assert list(groups.values()) == [[0, 2, 3], [1, 4]]
-    assert list(groups) == [key_slot(keys[0]), key_slot(keys[1])]
+def test_batch_slots_are_the_keys_slots_and_groups_keep_order() -> None:
+    layout = KeyLayout("a")
+    batch = ReadBatch(pairs=[(1, 1), (1, 2), (2, 1)], aggregates=[1, 2, 3], neighbours=[2])
+    keys = batch_keys(layout, batch)
+    slots = batch_slots(layout, batch)
+    assert slots == [key_slot(k) for k in keys]
+    s1, s2, s3 = key_slot(b"{u1}"), key_slot(b"{u2}"), key_slot(b"{u3}")
+    assert len({s1, s2, s3}) == 3
+    assert group_by_slot(slots) == {s1: [0, 1, 3], s2: [2, 4, 6], s3: [5]}
+    assert list(group_by_slot(slots)) == [s1, s2, s3]
 
 
 @pytest.mark.integration
