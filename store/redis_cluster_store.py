@@ -218,6 +218,11 @@ class RedisClusterStore:
             raise StoreTimeout(
                 f"redis cluster read of {len(keys)} keys exceeded {timeout_ms} ms"
             ) from exc
+        except MovedError as exc:
+            raise StoreUnavailable(
+                f"redis cluster slot {exc.slot_id} moved to {exc.host}:{exc.port} "
+                "(slot table updated; the next read goes there)"
+            ) from exc
         except _CLIENT_ERRORS as exc:
             raise StoreUnavailable(f"redis cluster read failed: {exc}") from exc
         n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)

@@ -123,6 +123,28 @@ def paused_master(url: str, key: bytes, pause_ms: int) -> Iterator[None]:
         admin.close()
 
 
+def move_slot_of(url: str, key: bytes) -> None:
+    """Reshard the slot of ``key`` (and its keys) to another master, as a live reshard does."""
+    admin = RedisCluster.from_url(url)
+    try:
+        slot = key_slot(key)
+        source = admin.get_node_from_key(key)
+        target = next(n for n in admin.get_primaries() if n.name != source.name)
+        src, dst = (admin.get_redis_connection(n) for n in (source, target))
+        src_id, dst_id = (c.execute_command("CLUSTER", "MYID") for c in (src, dst))
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10_000)
+        if keys:
+            src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+        for node in admin.get_primaries():
+            admin.get_redis_connection(node).execute_command(
+                "CLUSTER", "SETSLOT", slot, "NODE", dst_id
+            )
+    finally:
+        admin.close()
+
+
 def test_batch_slots_are_the_keys_slots_and_groups_keep_order() -> None:
     layout = KeyLayout("a")
     batch = ReadBatch(pairs=[(1, 1), (1, 2), (2, 1)], aggregates=[1, 2, 3], neighbours=[2])
@@ -221,6 +243,21 @@ class TestRedisClusterStore(StoreContract):
             took = time.perf_counter() - t0
         assert (out.tiers == Tier.MISSING).all() and reader.stats.timeouts == 1
         assert took < 0.5, f"lookup took {took * 1000:.0f} ms with a 100 ms deadline"
+
+    def test_a_moved_slot_fails_one_read_then_reads_go_to_the_new_owner(
+        self, store: RedisClusterStore, cluster_url: str
+    ) -> None:
+        user = 400
+        store.write_pairs([pair(user, i, seed=i) for i in range(10)], 60_000)
+        batch = ReadBatch(pairs=[(user, i) for i in range(10)])
+        assert all(v is not None for v in store.read(batch, 500).pairs)  # slot table cached
+        move_slot_of(cluster_url, store.layout.pair(user, 0))
+        with pytest.raises(StoreUnavailable, match="moved to"):
+            store.read(batch, 500)
+        res = store.read(batch, 500)
+        for i, raw in enumerate(res.pairs):
+            assert raw is not None
+            np.testing.assert_array_equal(decode_vector(raw).array(), pair(user, i, seed=i).array())
 
     def test_factory_opens_the_cluster_backend(self, cluster_url: str) -> None:
         store = open_store("redis-cluster", url=cluster_url)
