@@ -35,6 +35,7 @@ SCRIPT_VARIABLES = frozenset(
         "SOLARIS_REDIS_DATA_DIR",
         "SOLARIS_REDIS_START_TIMEOUT",
         "SOLARIS_REDIS_STOP_TIMEOUT",
+        "SOLARIS_TEST_INFRA",  # tests/integration/containers.py: local (default) | containers
         "SOLARIS_PROMETHEUS_PORT",
         "SOLARIS_PROMETHEUS_DATA_DIR",
         "SOLARIS_PROMETHEUS_TARGETS",

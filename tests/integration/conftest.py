@@ -1,13 +1,46 @@
-"""Fixtures of the live-pipeline tests: one small traffic file and its tiny trained bundle."""
+"""Fixtures of the live-pipeline tests: one small traffic file and its tiny trained bundle;
+the opt-in Docker services (``SOLARIS_TEST_INFRA=containers``, see ``containers.py``)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from streams.settings import Settings
+from tests.integration.containers import LOCAL, choose, started_services
 from tests.integration.live_harness import TINY_TRAIN, small_traffic
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_infra() -> Iterator[None]:
+    """Default: nothing (the local infra/ services). ``SOLARIS_TEST_INFRA=containers``: Kafka,
+    Redis and Aerospike in Docker for the session, exported as ``SOLARIS_*`` variables so every
+    ``Settings()`` and child process uses them; skipped with the reason when Docker is absent."""
+    choice = choose(os.environ)
+    if choice.mode == LOCAL:
+        yield
+        return
+    if choice.skip_reason:
+        if Settings().require_services:
+            pytest.fail(choice.skip_reason)
+        pytest.skip(choice.skip_reason)
+    patch = pytest.MonkeyPatch()
+    try:
+        with started_services() as env:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            yield
+    finally:
+        patch.undo()
+
+
+@pytest.fixture(scope="session")
+def base_settings(test_infra: None) -> Settings:
+    """Settings of the session, built after ``test_infra`` chose the services."""
+    return Settings()
 
 
 @pytest.fixture(scope="session")
