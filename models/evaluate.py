@@ -54,6 +54,9 @@ LAGGED_TR = (
     "score_served",
 )
 TABLE_TR = ("solaris", "fm_logit", "solaris_aggregate", "solaris_served", "score_served")
+#: Engine-built TRs (no lag of their own: the engine's vectors carry the pipeline's real
+#: staleness); also reported in the serving lag's block, next to the offline served mix.
+ENGINE_TR = ("solaris_engine", "solaris_engine_missing", "solaris_offline_on_engine")
 
 
 def _public(key: str) -> str:
@@ -124,7 +127,8 @@ def evaluate_runs(
         if lag == 0:
             continue
         name = lag_name(lag)
-        block = _tr_block(LAGGED_TR, name, stats, boot.tr_interval, len(runs))
+        names = LAGGED_TR + (ENGINE_TR if lag == cfg.serving_lag_ms else ())
+        block = _tr_block(names, name, stats, boot.tr_interval, len(runs))
         block["models"] = {_base(k): dict(stats[k]) for k in keys if k.endswith(f"@{name}")}
         block["aggregate_share"] = float(np.mean([r.aggregate_share[name] for r in runs]))
         lagged[name] = block
@@ -163,6 +167,26 @@ def evaluate_runs(
         "bootstrap": {"replicates": boot.replicates, "resampled": "users"},
         "config": cfg.to_dict(),
     }
+
+
+def _engine_lines(report: dict[str, Any]) -> list[str]:
+    """The engine-built served mix next to the offline one at the serving lag (if trained)."""
+    lag = lag_name(int(report["config"]["serving_lag_ms"]))
+    block = report["lagged"].get(lag)
+    if block is None or "solaris_engine" not in block["transfer_ratio"]:
+        return []
+
+    def cell(name: str) -> str:
+        lo, hi = block["transfer_ratio_ci95"][name]
+        return f"{_fmt(block['transfer_ratio'][name], 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
+
+    return [
+        "",
+        f"Served mix at Δ = {lag}: engine-built tiers (vm_solaris_engine) "
+        f"{cell('solaris_engine')}, offline construction {cell('solaris_served')}, "
+        f"exact tier {cell('solaris')}; engine-built with every input missing "
+        f"{cell('solaris_engine_missing')}.",
+    ]
 
 
 def _base(key: str) -> str:
@@ -215,6 +239,7 @@ def markdown(report: dict[str, Any]) -> str:
             cells.append(f"{_fmt(tr, 3)} ± {_fmt(std, 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
         kd = _fmt(report["transfer_ratio"].get("kd"), 3)
         lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
+    lines += _engine_lines(report)
     secs = report["training_seconds"]
     lines += [
         "",
