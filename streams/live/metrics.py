@@ -8,7 +8,7 @@ them from its own registry, so no worker polls the broker's group coordinator.
 from __future__ import annotations
 
 import numpy as np
-from prometheus_client import Counter, Gauge, Histogram, Info
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info
 
 from store.tiers import TIER_NAMES, Tier
 
@@ -42,9 +42,13 @@ READ_LATENCY = Histogram(
     "FeatureReader.lookup latency per request.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
 )
+# Gauges only the ranker sets are not registered at import: workers import this module too, and
+# would export a constant 0 beside the ranker's value (a bogus series on every panel and query).
+# The ranker registers them (init_ranker_series).
 IGNORED_SNAPSHOTS = Gauge(
     "solaris_ignored_knn_snapshots",
     "KNN snapshots the ranker skipped at its last reload (another bundle's, or undecodable).",
+    registry=None,
 )
 READER_TIMEOUTS = Counter(
     "solaris_reader_timeouts_total", "Requests whose lookup hit the read deadline."
@@ -67,7 +71,10 @@ SERVED_AGE = Histogram(
 SPECULATION_PRECISION = Gauge(
     "solaris_speculation_precision",
     "Distinct embedded pairs served exact / pairs embedded (all FM workers), set by the ranker.",
+    registry=None,
 )
+RANKER_GAUGES = (IGNORED_SNAPSHOTS, SPECULATION_PRECISION)
+_ranker_registered: list[bool] = []
 SERVED_EXACT_PAIRS = Counter(
     "solaris_speculation_served_pairs_total",
     "Distinct embedded pairs this ranker served as exact at least once (precision numerator).",
@@ -93,8 +100,13 @@ SERVED_TIERS = tuple(name for code, name in enumerate(TIER_NAMES) if code != Tie
 
 
 def init_ranker_series() -> None:
-    """Create every tier's series at 0, so rates and alerts see a tier before its first lookup
-    (a labelled series that does not exist yet makes ``rate`` silently empty)."""
+    """Register the ranker-only gauges (once per process) and create every tier's series at 0,
+    so rates and alerts see a tier before its first lookup (a labelled series that does not
+    exist yet makes ``rate`` silently empty)."""
+    if not _ranker_registered:
+        for gauge in RANKER_GAUGES:
+            REGISTRY.register(gauge)
+        _ranker_registered.append(True)
     for name in TIER_NAMES:
         LOOKUPS.labels(name)
     for name in SERVED_TIERS:

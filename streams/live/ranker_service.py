@@ -93,6 +93,7 @@ class RankerService:
         #: reader error counts and served pairs already added to the Prometheus counters
         self._counted = (0, 0, 0)
         self._counted_served = 0
+        self._published_at = 0.0  #: monotonic time of the last publish
         metrics.init_ranker_series()
         metrics.set_model_info("ranker", _served_version(scorer), reader.config.version_tag)
         #: snapshots skipped at the last reload (another bundle's, or undecodable)
@@ -139,6 +140,7 @@ class RankerService:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)
                 if msg is None:
+                    self._publish_when_idle()
                     if (
                         self.options.exit_when_idle_s is not None
                         and self.requests
@@ -254,7 +256,14 @@ class RankerService:
     def _install_cold_start(self, index: NeighbourIndex) -> None:
         self.reader.cold_start = index  # one assignment: lookups see the old or the new index
 
+    def _publish_when_idle(self) -> None:
+        """With no message to handle, publish at most once a second: counters and gauges stay
+        current when traffic stops between two ``stats_every`` batches."""
+        if self.requests and time.monotonic() - self._published_at >= 1.0:
+            self._publish()
+
     def _publish(self) -> None:
+        self._published_at = time.monotonic()
         metrics.IGNORED_SNAPSHOTS.set(self.ignored_snapshots)
         st = self.reader.stats
         counts = dict(

@@ -75,8 +75,9 @@ def sample_names(family: Metric) -> set[str]:
 
 def registry_names() -> set[str]:
     """Every SOLARIS sample name: worker/ranker metrics and the lag exporter's families."""
-    import streams.live.metrics  # noqa: F401  (defines the metrics on the default registry)
+    from streams.live import metrics
 
+    metrics.init_ranker_series()  # the ranker-only gauges register in the ranker process
     families = [f for f in REGISTRY.collect() if f.name.startswith("solaris_")]
     families += LagCollector().describe()
     return set().union(*(sample_names(f) for f in families))
