@@ -24,8 +24,9 @@ class EventClock:
 
     def admit(self, partition: int, event_time_ms: int, wall_ms: int) -> bool:
         """True (and the mark advanced) when ``event_time_ms`` is not too far ahead."""
-        mark = self.high_water_ms.get(partition, event_time_ms)
-        if event_time_ms > max(mark, wall_ms) + self.max_future_ms:
+        mark = self.high_water_ms.get(partition)
+        limit = wall_ms if mark is None else max(mark, wall_ms)
+        if event_time_ms > limit + self.max_future_ms:
             return False
-        self.high_water_ms[partition] = max(mark, event_time_ms)
+        self.high_water_ms[partition] = event_time_ms if mark is None else max(mark, event_time_ms)
         return True

@@ -8,40 +8,50 @@ from typing import Any
 import faust
 
 from schemas.records import ProposalBatch
+from streams.engine.history import Entry
 from streams.engine.steps.verify import LedgerState, VerifyResult, verify_requests
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current
 from streams.live.offload import MODEL_POOL, in_pool
 from streams.live.state import history_from_table, ledger_from_table, ledger_to_table
 
+Decoded = list[tuple[Any, ProposalBatch]]  #: (Faust event, its record), in stream order
+UserState = dict[int, tuple[LedgerState, list[Entry]]]
 
-def register(ctx: AgentContext) -> None:
-    ledger, history = ctx.tables["ledger"], ctx.tables["history"]
-    parts = ctx.parts
 
-    async def verify_batch(events: list[Any]) -> None:
-        decoded: list[tuple[Any, ProposalBatch]] = []
-        state: dict[int, tuple[LedgerState, list[Any]]] = {}
-        for event in events:
-            b = await ctx.decoded(event, ProposalBatch)
-            if b is None:
-                continue
-            async with ctx.processing(event):  # state read in the event's partition
-                if b.user_id not in state:
-                    led = ledger_from_table(ledger.get(b.user_id))
-                    state[b.user_id] = (led, history_from_table(history.get(b.user_id)))
-                decoded.append((event, b))
+class VerifyAgent:
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+        self.ledger, self.history = ctx.tables["ledger"], ctx.tables["history"]
+
+    async def on_batch(self, events: list[Any]) -> None:
+        decoded, state = await self._load(events)
         if not decoded:
             return
         try:
-            results = await in_pool(MODEL_POOL, _verify, [b for _, b in decoded], state)
+            results = await in_pool(MODEL_POOL, self._verify, [b for _, b in decoded], state)
         except INFRA_ERRORS:
             raise
         except Exception:  # isolate the bad message: verify one by one
-            decoded, results = await _one_by_one(decoded, state)
-        await _send_then_save(decoded, results)
+            decoded, results = await self._one_by_one(decoded, state)
+        await self._send_then_save(decoded, results)
 
-    def _verify(batches: list[ProposalBatch], state: dict[int, Any]) -> list[VerifyResult]:
+    async def _load(self, events: list[Any]) -> tuple[Decoded, UserState]:
+        decoded: Decoded = []
+        state: UserState = {}
+        for event in events:
+            b = await self.ctx.decoded(event, ProposalBatch)
+            if b is None:
+                continue
+            async with self.ctx.processing(event):  # state read in the event's partition
+                if b.user_id not in state:
+                    led = ledger_from_table(self.ledger.get(b.user_id))
+                    state[b.user_id] = (led, history_from_table(self.history.get(b.user_id)))
+                decoded.append((event, b))
+        return decoded, state
+
+    def _verify(self, batches: list[ProposalBatch], state: UserState) -> list[VerifyResult]:
+        parts = self.ctx.parts
         return verify_requests(
             batches,
             lambda u: state[u][0],
@@ -51,16 +61,17 @@ def register(ctx: AgentContext) -> None:
         )
 
     async def _one_by_one(
-        decoded: list[tuple[Any, ProposalBatch]], state: dict[int, Any]
-    ) -> tuple[list[tuple[Any, ProposalBatch]], list[VerifyResult]]:
-        kept, results = [], []
+        self, decoded: Decoded, state: UserState
+    ) -> tuple[Decoded, list[VerifyResult]]:
+        kept: Decoded = []
+        results: list[VerifyResult] = []
         for event, b in decoded:
             try:
-                (res,) = await in_pool(MODEL_POOL, _verify, [b], state)
+                (res,) = await in_pool(MODEL_POOL, self._verify, [b], state)
             except INFRA_ERRORS:
                 raise
             except Exception as exc:
-                await ctx.dead_for(event, exc)
+                await self.ctx.dead_for(event, exc)
                 continue
             if res.ledger is not None:  # the user's next request sees this one's pairs
                 state[b.user_id] = (res.ledger, state[b.user_id][1])
@@ -68,31 +79,35 @@ def register(ctx: AgentContext) -> None:
             results.append(res)
         return kept, results
 
-    async def _send_then_save(
-        decoded: list[tuple[Any, ProposalBatch]], results: list[VerifyResult]
-    ) -> None:
+    async def _send_then_save(self, decoded: Decoded, results: list[VerifyResult]) -> None:
         deliveries = []
         for (_, b), res in zip(decoded, results, strict=True):
-            _count(res)
+            self._count(res)
             if res.out is not None:
-                deliveries.append(await ctx.send("verified", b.user_id, res.out, b.event_time_ms))
+                deliveries.append(
+                    await self.ctx.send("verified", b.user_id, res.out, b.event_time_ms)
+                )
         for delivery in deliveries:
             await delivery
         for (event, b), res in zip(decoded, results, strict=True):
             if res.ledger is not None:
                 with as_current(event):
-                    ledger[b.user_id] = ledger_to_table(res.ledger)
+                    self.ledger[b.user_id] = ledger_to_table(res.ledger)
 
-    def _count(res: VerifyResult) -> None:
+    def _count(self, res: VerifyResult) -> None:
         if res.redelivered:
-            parts.count(redelivered=1)
+            self.ctx.parts.count(redelivered=1)
             return
         dropped = res.proposed - res.verified
         metrics.VERIFIER_DROPPED.inc(dropped)
         metrics.VERIFIED.inc(res.verified)
-        parts.count(verified=res.verified, dropped=dropped)
+        self.ctx.parts.count(verified=res.verified, dropped=dropped)
+
+
+def register(ctx: AgentContext) -> None:
+    agent = VerifyAgent(ctx)
 
     @ctx.app.agent(ctx.topics["speculated"], concurrency=1, name="verify")
     async def on_speculated(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            await verify_batch(events)
+            await agent.on_batch(events)

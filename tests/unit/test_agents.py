@@ -1,0 +1,182 @@
+"""Agent adapters under Faust's ``test_context`` (no Kafka: topic sends and table changelogs
+are captured in memory; tables use ``memory://``)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import faust
+import faust.tables.base
+import pytest
+
+from schemas.records import DeadLetter, ProposalBatch, RequestEvent
+from store.memory import InMemoryStore
+from streams.engine.models import EngineModels
+from streams.live.app import create_app
+from streams.live.components import Components
+from streams.settings import Settings
+from tests.fakes import FakeFM
+
+T0 = 1_700_000_000_000
+ROLES = ["history", "speculate", "verify", "aggregate"]
+
+
+class Sent:
+    """What the agents sent, per topic; ``fail_on`` makes deliveries to a topic fail."""
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, list[bytes]] = {}
+        self.fail_on: str | None = None
+        #: (table, key) -> changelog partition of the last write
+        self.changelog: dict[tuple[str, Any], int] = {}
+
+    def send_changelog(self, table: Any, partition: int, key: Any, value: Any, *_: Any) -> Any:
+        self.changelog[(table.name, key)] = partition
+        return SimpleNamespace(message=SimpleNamespace(partition=partition))
+
+    async def send(self, topic: Any, key: Any = None, value: Any = None, **_: Any) -> Any:
+        name = topic.get_topic_name()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if name.endswith(self.fail_on or "\0"):
+            fut.set_exception(RuntimeError("delivery failed"))
+        else:
+            self.by_topic.setdefault(name, []).append(value)
+            fut.set_result(None)
+        return fut
+
+
+def close_current_loop() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            current = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:  # none set
+            return
+    if not current.is_running():
+        current.close()
+
+
+def run(body: Callable[[faust.App, Components, Sent], Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    sent = Sent()
+    monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
+    monkeypatch.setattr(
+        faust.tables.base.Collection,
+        "send_changelog",
+        lambda table, partition, key, value, *_, **__: sent.send_changelog(
+            table, partition, key, value
+        ),
+    )
+    close_current_loop()  # one a library made implicitly would leak when replaced
+    loop = asyncio.new_event_loop()  # Faust binds to the current loop: one per test, closed
+    asyncio.set_event_loop(loop)
+    settings = Settings(topic_prefix="agents-unit")
+    parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
+    app = create_app(settings, ROLES, parts, store="memory://")
+    app.finalize()
+    app.flow_control.resume()
+    try:
+        return loop.run_until_complete(body(app, parts, sent))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio.set_event_loop(None)
+        # Faust's consumer made a loop for a thread it never started (no broker here)
+        thread = getattr(app.__dict__.get("_consumer"), "_thread", None)
+        thread_loop = getattr(thread, "thread_loop", None)
+        if thread_loop is not None:
+            thread_loop.close()
+
+
+async def put(
+    app: faust.App,
+    agent: str,
+    values: list[bytes],
+    key: bytes = b"7",
+    partitions: list[int] | None = None,
+) -> None:
+    async with app.agents[agent].test_context() as ctx:
+        for n, value in enumerate(values):
+            await ctx.put(value, key=key, partition=partitions[n] if partitions else 0)
+        await asyncio.sleep(0.3)  # a batch is taken within agent_batch_max_wait_ms
+
+
+def proposals(rid: str, t: int, items: tuple[int, ...], user: int = 7) -> ProposalBatch:
+    return ProposalBatch(rid, user, t, len(items), items, ("candidates",) * len(items))
+
+
+def test_verify_agent_sends_then_saves_the_ledger_and_skips_redeliveries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        await put(
+            app, "verify", [enc(proposals("r1", T0, (1, 2))), enc(proposals("r2", T0 + 1, (2, 3)))]
+        )
+        await put(app, "verify", [enc(proposals("r1", T0, (1, 2)))])  # a redelivery
+        out = [parts.codec.decode(v, ProposalBatch) for v in sent.by_topic["agents-unit.verified"]]
+        assert [b.item_ids for b in out] == [(1, 2), (3,)]
+        saved = app.tables["ledger"].data[7]
+        assert saved["requests"] == ["r1", "r2"] and sorted(i for i, _ in saved["pairs"]) == [
+            1,
+            2,
+            3,
+        ]
+
+    run(body, monkeypatch)
+
+
+def test_verify_agent_keeps_the_ledger_when_the_delivery_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        sent.fail_on = "verified"
+        await put(app, "verify", [parts.codec.encode(proposals("r1", T0, (1, 2)))])
+        assert app.agents["verify"]._crashed  # Faust restarts it and the batch is redelivered
+        assert 7 not in app.tables["ledger"].data  # re-verified after the restart, not skipped
+
+    run(body, monkeypatch)
+
+
+def test_requests_agent_dead_letters_events_from_the_future(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        year_2100 = 4_102_444_800_000
+        await put(
+            app,
+            "speculate",
+            [
+                enc(RequestEvent("r1", 7, T0, "feed", (1, 2))),
+                enc(RequestEvent("r2", 7, year_2100, "feed", (3,))),
+            ],
+        )
+        (dl,) = [
+            parts.codec.decode(v, DeadLetter) for v in sent.by_topic["agents-unit.dead-letter"]
+        ]
+        assert dl.reason == "future_event_time"
+        (spec,) = [
+            parts.codec.decode(v, ProposalBatch) for v in sent.by_topic["agents-unit.speculated"]
+        ]
+        assert spec.request_id == "r1"
+
+    run(body, monkeypatch)
+
+
+def test_batched_table_state_is_read_and_written_in_each_events_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Faust tables use the *current* event's partition; in a batch that must be each event's
+    own, not the batch's last (else user 7's ledger lands in user 8's partition)."""
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        batches = [enc(proposals("a", T0, (1,), user=7)), enc(proposals("b", T0, (2,), user=8))]
+        await put(app, "verify", batches, partitions=[1, 3])
+        assert sent.changelog[("ledger", 7)] == 1 and sent.changelog[("ledger", 8)] == 3
+
+    run(body, monkeypatch)

@@ -1,0 +1,110 @@
+"""The engine's per-stage steps, which both the simulator and the Faust agents call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
+from streams.engine.lookahead import Lookahead
+from streams.engine.neighbours import UserRepresentations
+from streams.engine.steps.event_time import EventClock
+from streams.engine.steps.history import RECENT_POSITIVES, observe_impression, recent_positive_items
+from streams.engine.steps.speculate import SavedRep, observe_representation
+from streams.engine.steps.verify import LedgerState, VerifyKnobs, rounds, verify_requests
+from streams.engine.verifier import Verifier, VerifierConfig
+from tests.fakes import FakeItems, FakeVM
+
+T0 = 1_700_000_000_000
+H = 3_600_000
+KNOBS = VerifyKnobs(refresh_after_ms=2 * H, pair_ttl_ms=4 * H, history_len=3)
+
+
+def batch(rid: str, user: int, t: int, items: tuple[int, ...]) -> ProposalBatch:
+    return ProposalBatch(rid, user, t, len(items), items, ("candidates",) * len(items))
+
+
+def test_rounds_put_a_users_nth_request_in_round_n() -> None:
+    assert rounds([1, 2, 1, 1, 3, 2]) == [0, 0, 1, 2, 0, 1]
+
+
+def test_a_users_second_request_in_one_call_sees_the_first_ones_pairs_as_fresh() -> None:
+    saved = {7: LedgerState()}
+    results = verify_requests(
+        [batch("r1", 7, T0, (1, 2)), batch("r2", 7, T0 + 1000, (2, 3)), batch("r3", 8, T0, (2,))],
+        lambda u: saved.get(u, LedgerState()),
+        lambda u: [],
+        None,
+        KNOBS,
+    )
+    assert [r.out.item_ids if r.out else None for r in results] == [(1, 2), (3,), (2,)]
+    assert results[1].ledger is not None and results[1].ledger.requests == ["r1", "r2"]
+    assert results[1].ledger.pairs == {1: T0, 2: T0, 3: T0 + 1000}
+    assert saved[7] == LedgerState()  # the caller's state is never mutated
+
+
+def test_a_redelivered_request_yields_nothing_and_changes_no_state() -> None:
+    led = LedgerState({1: T0}, ["r1"])
+    (res,) = verify_requests([batch("r1", 7, T0, (1, 2))], lambda u: led, lambda u: [], None, KNOBS)
+    assert res.redelivered and res.out is None and res.ledger is None
+
+
+def test_verified_batch_carries_history_strictly_before_the_request() -> None:
+    entries = [(5, 1, T0 - 3000), (6, 0, T0 - 2000), (9, 1, T0)]
+    (res,) = verify_requests(
+        [batch("r1", 7, T0, (1,))], lambda u: LedgerState(), lambda u: entries, None, KNOBS
+    )
+    assert res.out is not None
+    assert res.out.history_items == (5, 6) and res.out.history_times_ms == (T0 - 3000, T0 - 2000)
+
+
+def test_one_vm_call_per_round_and_the_verifier_filters() -> None:
+    vm = FakeVM()
+    calls = []
+    score = vm.score
+    vm.score = lambda *a: calls.append(1) or score(*a)  # type: ignore[method-assign]
+    verifier = Verifier(vm, VerifierConfig(top_fraction=0.5, rank_by="vm"))
+    results = verify_requests(
+        [batch(f"r{u}", u, T0, (1, 2, 3, 4)) for u in range(5)],
+        lambda u: LedgerState(),
+        lambda u: [],
+        verifier,
+        KNOBS,
+    )
+    assert len(calls) == 1
+    assert all(r.out is not None and len(r.out.item_ids) == 2 for r in results)
+
+
+def test_event_clock_refuses_events_far_ahead_of_the_partition_and_the_wall_clock() -> None:
+    clock = EventClock(max_future_ms=H)
+    wall = T0
+    assert clock.admit(0, T0 - 30 * 24 * H, wall)  # a replay of old traffic
+    assert clock.admit(0, T0 - 29 * 24 * H, wall)  # a day-long gap in old traffic is fine
+    assert not clock.admit(0, wall + 2 * H, wall)  # ahead of both marks
+    assert not clock.admit(1, 7_258_118_400_000, wall)  # year 2200 on a fresh partition
+    assert clock.admit(1, wall + H // 2, wall)
+    assert clock.high_water_ms == {0: T0 - 29 * 24 * H, 1: wall + H // 2}
+
+
+def test_history_step_keeps_event_order_and_feeds_lookahead_before_adding() -> None:
+    look = Lookahead()
+    entries: list[tuple[int, int, int]] = []
+    for n, item in enumerate([10, 11, 12, 13, 14, 15, 16]):
+        observe_impression(entries, ImpressionEvent(f"r{n}", 1, item, T0 + n, n, 1), 100, look)
+    observe_impression(entries, ImpressionEvent("r0", 1, 10, T0, 0, 1), 100, look)  # redelivery
+    assert [e[0] for e in entries] == [10, 11, 12, 13, 14, 15, 16]
+    assert recent_positive_items(entries) == [12, 13, 14, 15, 16][-RECENT_POSITIVES:]
+
+
+def test_representation_is_restored_after_a_restart_and_not_folded_twice() -> None:
+    items = FakeItems(4)
+    first = UserRepresentations(items)
+    r1 = RequestEvent("r1", 1, T0, "feed", (1, 2, 3))
+    saved = observe_representation(first, r1, None)
+    assert saved is not None
+    restarted = UserRepresentations(items)
+    assert observe_representation(restarted, r1, saved) is None  # redelivery: unchanged
+    assert np.allclose(restarted.vector(1), first.vector(1))
+    r2 = RequestEvent("r2", 1, T0 + 1, "feed", (4,))
+    again = observe_representation(restarted, r2, saved)
+    assert again is not None and again.seen_at_ms == T0 + 1
+    assert SavedRep.from_json(again.to_json()) == again
