@@ -132,6 +132,7 @@ class ReadPool:
         failure, including "no open connection" (immediately: the request path never connects).
         """
         data = pack_mget(keys)
+        _remaining(deadline)  # no budget left: fail before touching (and losing) a connection
         try:
             c = self._idle.popleft()
         except IndexError:
