@@ -9,7 +9,7 @@ from streams.engine.config import EngineConfig
 from streams.engine.models import EngineModels
 from streams.engine.stages import build_stages
 from streams.engine.steps.verify import VerifyKnobs
-from streams.live.stats import LiveStats
+from streams.live.stats import STATS_BACKENDS, LiveStats
 from streams.settings import Settings
 
 
@@ -35,7 +35,9 @@ class Components:
         #: newest event time seen by this worker (drives event-time decisions in timers)
         self.now_ms = 0
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
-        self.stats = LiveStats(settings, "pipeline") if settings.store_backend == "redis" else None
+        self.stats = (
+            LiveStats(settings, "pipeline") if settings.store_backend in STATS_BACKENDS else None
+        )
         self._pending: dict[str, int | float] = {}
         #: user -> event time of their newest aggregate (this worker's users), for the KNN index
         self.aggregate_times: dict[int, int] = {}

@@ -7,10 +7,27 @@ across processes, so every process also adds its counts to ``<key_prefix>:stats:
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from streams.settings import Settings
+
+#: stats live in Redis next to the features; other backends have no shared counters
+STATS_BACKENDS = frozenset({"redis", "redis-cluster"})
+
+
+def stats_client(settings: Settings, timeout_s: float) -> Any:
+    """A client for the stats hashes: a cluster client on Redis Cluster (each hash is one key,
+    so every command of a stats pipeline goes to one node)."""
+    if settings.store_backend == "redis-cluster":
+        return RedisCluster.from_url(
+            settings.store_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+    return redis.Redis.from_url(
+        settings.store_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+    )
 
 
 class LiveStats:
@@ -18,9 +35,7 @@ class LiveStats:
 
     def __init__(self, settings: Settings, role: str) -> None:
         self.key = f"{settings.key_prefix}:stats:{role}"
-        self._client = redis.Redis.from_url(
-            settings.store_url, socket_timeout=1.0, socket_connect_timeout=1.0
-        )
+        self._client = stats_client(settings, 1.0)
 
     def add(self, counts: dict[str, int | float]) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -42,7 +57,7 @@ class LiveStats:
 
 def read_stats(settings: Settings) -> dict[str, dict[str, float]]:
     """All stats hashes by role (``ranker``, ``pipeline``), values as floats."""
-    client = redis.Redis.from_url(settings.store_url, socket_timeout=2.0)
+    client = stats_client(settings, 2.0)
     try:
         out = {}
         for role in ("ranker", "pipeline"):

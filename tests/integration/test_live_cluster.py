@@ -93,7 +93,11 @@ def cluster_run(
                 wait_drained(settings, procs)
                 lag.close()
             values, per_node = cluster_values(settings, url)
+            from streams.live.report import live_summary
+
+            summary = live_summary(settings)  # the shared counters, on the cluster too
             yield {
+                "summary": summary,
                 "settings": settings,
                 "traffic": traffic,
                 "replay": replay,
@@ -166,3 +170,8 @@ def test_ranker_served_the_simulators_exact_and_aggregate_coverage(
     assert live["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["aggregate"] == pytest.approx(offline["coverage"]["aggregate"], abs=1e-9)
     assert live["exact"] > 0.05
+    # `solaris coverage` / the demo table read the same shares from the shared counters
+    summary = cluster_run["summary"]
+    assert summary["requests"] == cluster_run["replay"].requests
+    assert summary["coverage"]["exact"] == pytest.approx(live["exact"], abs=1e-9)
+    assert summary["fm_pairs"] >= len(cluster_run["values"].pairs) > 0
