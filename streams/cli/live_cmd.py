@@ -39,6 +39,8 @@ def worker(
     import faust
     from prometheus_client import start_http_server
 
+    from store.values import version_tag
+    from streams.live import metrics
     from streams.live.app import ROLES, create_app
     from streams.live.components import Components
     from streams.models_loader import load_models
@@ -61,6 +63,10 @@ def worker(
     _refuse_unless_copartitioned(settings, changelogs)
     if metrics_port:
         start_http_server(metrics_port, addr=settings.bind_host)
+    version = models.fm.model_version
+    metrics.set_model_info(
+        "fm" if roles == {"embed"} else "pipeline", version, version_tag(version)
+    )
     console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
 

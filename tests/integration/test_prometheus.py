@@ -142,8 +142,10 @@ def test_prometheus_scrapes_a_live_run(
         )
         answers = _check_answers(prom, settings, summary, lag_rows)
         answers["requests"] = replay.requests
-        model = prom.query('solaris_model_info{role="ranker"}')
-        assert model[0]["metric"]["version"] == BundleMeta.read(bundle / "meta.json").model_version
+        version = BundleMeta.read(bundle / "meta.json").model_version
+        for role in ("ranker", "pipeline", "fm"):  # every process says which model it runs
+            model = prom.query(f'solaris_model_info{{role="{role}"}}')
+            assert model and model[0]["metric"]["version"] == version, role
         _check_dashboard_and_rules(prom)
         print("PromQL answers:", json.dumps(answers, indent=1))
     finally:
