@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}
 PY=${SOLARIS_BOOTSTRAP_PYTHON:-python3.11}
-EXTRAS=${SOLARIS_EXTRAS:-train,dev,aerospike}
+EXTRAS=${SOLARIS_EXTRAS:-cpu,train,dev,aerospike}
 
 command -v "$PY" >/dev/null || { echo "[venv] $PY not found: install Python 3.11" >&2; exit 1; }
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
