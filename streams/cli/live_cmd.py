@@ -147,6 +147,43 @@ def _parse_time(text: str) -> int:
     return int((dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
+def _replay_range(
+    settings: Settings,
+    progress: Progress,
+    from_topic: str,
+    start: str | None,
+    end: str | None,
+    to_topic: str | None,
+) -> Any:
+    from streams.replay import replay_topic_range
+
+    if not (start and end and to_topic):
+        console.print("[red]--from-topic needs --start, --end and --to-topic[/red]")
+        raise typer.Exit(2)
+    task = progress.add_task(f"re-playing {from_topic}", total=None)
+    return replay_topic_range(
+        settings,
+        from_topic,
+        _parse_time(start),
+        _parse_time(end),
+        to_topic,
+        lambda n: progress.update(task, completed=n),
+    )
+
+
+def _replay_file(
+    settings: Settings, progress: Progress, file: Path, speed: float, lockstep: bool
+) -> Any:
+    from models.data.traffic import traffic_metadata
+    from streams.replay import replay_file
+
+    total = traffic_metadata(file).get("events")
+    rate = "max" if speed == 0 else f"{speed:g}x"
+    task = progress.add_task(f"replaying {file.name} at {rate}", total=total)
+    lock = _lockstep(settings) if lockstep else None
+    return replay_file(settings, file, speed, lock, lambda n: progress.update(task, completed=n))
+
+
 def replay(
     file: Annotated[
         Path | None, typer.Argument(help="Recorded-traffic file.", exists=True, dir_okay=False)
@@ -171,8 +208,6 @@ def replay(
     to_topic: Annotated[str | None, typer.Option("--to-topic")] = None,
 ) -> None:
     """Produce recorded traffic to Kafka (timestamps = event time), or re-play a topic's time range."""
-    from streams.replay import replay_file, replay_topic_range
-
     settings = Settings()
     columns = (
         TextColumn("{task.description}"),
@@ -182,29 +217,9 @@ def replay(
     )
     with Progress(*columns, console=console) as progress:
         if from_topic is not None:
-            if not (start and end and to_topic):
-                console.print("[red]--from-topic needs --start, --end and --to-topic[/red]")
-                raise typer.Exit(2)
-            task = progress.add_task(f"re-playing {from_topic}", total=None)
-            stats = replay_topic_range(
-                settings,
-                from_topic,
-                _parse_time(start),
-                _parse_time(end),
-                to_topic,
-                lambda n: progress.update(task, completed=n),
-            )
+            stats = _replay_range(settings, progress, from_topic, start, end, to_topic)
         elif file is not None:
-            from models.data.traffic import traffic_metadata
-
-            total = traffic_metadata(file).get("events")
-            task = progress.add_task(
-                f"replaying {file.name} at {'max' if speed == 0 else f'{speed:g}x'}", total=total
-            )
-            lock = _lockstep(settings) if lockstep else None
-            stats = replay_file(
-                settings, file, speed, lock, lambda n: progress.update(task, completed=n)
-            )
+            stats = _replay_file(settings, progress, file, speed, lockstep)
         else:
             console.print("[red]give a traffic FILE or --from-topic[/red]")
             raise typer.Exit(2)
