@@ -6,6 +6,7 @@ numpy and the data modules are imported inside the commands so ``solaris --help`
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,6 +16,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from models.data.log_spec import LogLayout, LogSpec, TimeUnit
+from streams.cli.log_opts import (
+    ColumnsOpt,
+    LabelThresholdOpt,
+    LogFormatOpt,
+    TimeUnitOpt,
+    log_spec_or_exit,
+)
 from streams.settings import Settings
 
 if TYPE_CHECKING:  # annotations only: numpy loads lazily, inside the commands
@@ -30,6 +39,7 @@ class DatasetChoice(StrEnum):
     synthetic = "synthetic"
     movielens = "movielens"
     taobao = "taobao"
+    log = "log"  # a user's own log file: see models.data.user_log
 
 
 def _progress() -> Progress:
@@ -51,6 +61,7 @@ def _build(
     k: int,
     synthetic_sizes: dict[str, Any],
     progress: Progress,
+    log_spec: LogSpec | None = None,
 ) -> tuple[Requests, Impressions, dict[str, Any]]:
     """Generate or convert the traffic in memory; returns (requests, impressions, metadata)."""
     if dataset is DatasetChoice.synthetic:
@@ -63,9 +74,9 @@ def _build(
         return traffic.requests, traffic.impressions, synthetic_metadata(cfg)
 
     from models.data.convert import ConvertConfig, conversion_metadata, convert
-    from models.data.loaders import load_dataset
+    from models.data.user_log import load_source
 
-    log, report = load_dataset(dataset.value, data_dir)
+    log, source = load_source(dataset.value, data_dir, log_spec)
     ccfg = ConvertConfig(session_gap_s=session_gap_s, k=k, seed=seed)
     task = progress.add_task(f"converting {len(log):,} {dataset.value} interactions", total=None)
 
@@ -74,8 +85,7 @@ def _build(
 
     requests, impressions = convert(log, ccfg, dataset=dataset.value, progress=step)
     meta = conversion_metadata(log, ccfg, dataset.value)
-    meta["source_file"] = report.path
-    meta["rows_skipped"] = dict(report.skipped)
+    meta.update(source)
     return requests, impressions, meta
 
 
@@ -105,6 +115,14 @@ def traffic(
         int | None,
         typer.Option("--shown", min=1, help="Synthetic: labelled impressions per request."),
     ] = None,
+    columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
+    json_path: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write the statistics and source metadata here."),
+    ] = None,
 ) -> None:
     """Write recorded traffic (requests with candidates + labelled impressions) and summarise it."""
     from models.data.columns import iter_events
@@ -114,7 +132,9 @@ def traffic(
     from models.data.traffic import write_traffic
 
     settings = Settings()
-
+    log_spec = log_spec_or_exit(
+        dataset.value, columns, time_unit, label_threshold, log_format, console
+    )
     sizes = {
         name: value
         for name, value in (
@@ -135,7 +155,7 @@ def traffic(
             folder = resolve_data_dir(data_dir, settings.data_dir)
         with _progress() as progress:
             requests, impressions, meta = _build(
-                dataset, folder, seed, session_gap_s, k, sizes, progress
+                dataset, folder, seed, session_gap_s, k, sizes, progress, log_spec
             )
             built = time.perf_counter()
             task = progress.add_task(f"writing {out}", total=len(requests) + len(impressions))
@@ -152,17 +172,47 @@ def traffic(
         console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
         raise typer.Exit(1) from exc
     finished = time.perf_counter()
+    stats = traffic_stats(requests, impressions)
     table = Table("traffic", str(out), title=f"{dataset.value} (seed {seed})")
-    for name, value in stats_rows(traffic_stats(requests, impressions)):
+    for name, value in stats_rows(stats):
         table.add_row(name, value)
-    if "rows_skipped" in meta:  # bad source rows (also logged with examples by the loader)
-        skipped = meta["rows_skipped"]
-        table.add_row(
-            "bad source rows skipped", ", ".join(f"{k}={v}" for k, v in skipped.items()) or "none"
-        )
     table.add_row("file size", f"{summary.bytes / 1e6:.1f} MB")
     table.add_row("build / write time", f"{built - started:.1f} s / {finished - built:.1f} s")
     console.print(table)
+    _print_source(meta)
+    if json_path is not None:
+        _write_json(json_path, out, asdict(stats), meta)
+
+
+def _print_source(meta: dict[str, Any]) -> None:
+    """One line on what happened to the source rows (bad ones are also logged with examples)."""
+    if "rows_skipped" not in meta:
+        return
+    skipped = meta["rows_skipped"]
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "none"
+    console.print(
+        f"source {meta.get('source_file', '?')}: read {meta.get('rows_read', '?')} rows, "
+        f"loaded {meta.get('rows_loaded', '?')}, skipped {sum(skipped.values())} bad ({reasons})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if meta.get("positive_share") == 1.0:
+        console.print(
+            "[yellow]every impression is a positive (an implicit log): coverage is meaningful, "
+            "NE/AUC/transfer ratios are not; give a label column for them[/yellow]"
+        )
+
+
+def _write_json(path: Path, out: Path, stats: dict[str, Any], meta: dict[str, Any]) -> None:
+    """``{"traffic", "stats", "metadata"}``: the printed table and source summary, for scripts."""
+    import json
+    import math
+
+    clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in stats.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traffic": str(out), "stats": clean, "metadata": meta}, indent=2))
+    console.print(f"wrote {path}")
 
 
 @app.command()
