@@ -70,6 +70,7 @@ def _read(
     pos: Positions,
     spec: LogSpec,
     report: LoadReport,
+    sep: str = ",",
 ) -> RawRows:
     """Parse numbered rows of ``width`` fields; bad ones are counted in ``report``."""
     out = RawRows()
@@ -83,9 +84,8 @@ def _read(
                 raise BadValue("field_count")
             out.add(*parse_row(values, pos, spec))
         except BadValue as bad:
-            report.skip(
-                bad.args[0], line_no, "\t".join("" if v is None else str(v) for v in values)
-            )
+            text = sep.join("" if v is None else str(v) for v in values)
+            report.skip(bad.args[0], line_no, text)
     report.rows_loaded = len(out)
     return out
 
@@ -98,7 +98,7 @@ def load_delimited(path: Path, spec: LogSpec, delimiter: str, name: str) -> User
         header = next(reader, [])
         pos = column_positions(header, spec, path)
         numbered = ((reader.line_num, row) for row in reader)
-        rows = _read(numbered, len(header), pos, spec, report)
+        rows = _read(numbered, len(header), pos, spec, report, delimiter)
     layout = "csv" if delimiter == "," else "tsv"
     return build_user_log(name, rows, report, layout)
 
