@@ -40,6 +40,7 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
+from store.urls import redact_url
 from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 _WRITE_TIMEOUT_S = 5.0
@@ -131,7 +132,9 @@ class RedisClusterStore:
                 health_check_interval=0,
             )
         except _CLIENT_ERRORS as exc:
-            raise StoreUnavailable(f"redis cluster at {self.url} unreachable: {exc}") from exc
+            raise StoreUnavailable(
+                f"redis cluster at {redact_url(self.url)} unreachable: {exc}"
+            ) from exc
 
     def _writer_client(self) -> RedisCluster:
         if self._writer is None:

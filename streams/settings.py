@@ -125,7 +125,11 @@ class Settings(BaseSettings):
     store_backend: Literal["redis", "redis-cluster", "aerospike", "memory"] = Field(
         "redis", description="Keyed-store backend (redis-cluster: store_url names one seed node)."
     )
-    store_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL of the store.")
+    store_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        repr=False,  # may hold a password: see store.urls.redact_url for logs
+        description="Redis URL of the store (redis://user:password@host:port/db, rediss:// for TLS).",
+    )
     aerospike_hosts: str = Field(
         "", description="Comma-separated host:port of Aerospike seeds; empty = not configured."
     )
