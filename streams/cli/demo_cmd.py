@@ -10,6 +10,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from models.data.log_spec import LogLayout, TimeUnit
+from streams.cli.log_opts import (
+    ColumnsOpt,
+    LabelThresholdOpt,
+    LogFormatOpt,
+    TimeUnitOpt,
+    log_spec_or_exit,
+)
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.settings import Settings
 
@@ -38,6 +46,10 @@ def demo(
         bool,
         typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline."),
     ] = True,
+    log_columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop.
 
@@ -54,6 +66,8 @@ def demo(
     from streams.simulate.served_tiers import served_source
 
     settings = Settings()
+    name = dataset.value if dataset else None
+    spec = log_spec_or_exit(name, log_columns, time_unit, label_threshold, log_format, console)
     started_here: list[str] = []
     t0 = time.perf_counter()
     try:
@@ -70,7 +84,7 @@ def demo(
             from streams.cli.train_cmd import Dataset
 
             dataset = Dataset.synthetic
-        path = _resolve_traffic(dataset, traffic, data_dir, settings)
+        path = _resolve_traffic(dataset, traffic, data_dir, settings, spec)
         console.log(f"traffic: {path}")
         with console.status("models (trained once per traffic, then cached)") as status:
             # One seed: the demo needs a working model, not the evaluation's error bars.

@@ -21,6 +21,14 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from models.data.log_spec import LogLayout, LogSpec, TimeUnit
+from streams.cli.log_opts import (
+    ColumnsOpt,
+    LabelThresholdOpt,
+    LogFormatOpt,
+    TimeUnitOpt,
+    log_spec_or_exit,
+)
 from streams.settings import Settings
 
 console = Console()
@@ -32,6 +40,7 @@ class Dataset(StrEnum):
     synthetic = "synthetic"
     movielens = "movielens"
     taobao = "taobao"
+    log = "log"  # a user's own log file (--data-dir FILE): see models.data.user_log
 
 
 DatasetOpt = Annotated[
@@ -50,7 +59,9 @@ ModelDirOpt = Annotated[
 ]
 
 
-def _make_traffic(dataset: Dataset, data_dir: Path | None, settings: Settings) -> Path:
+def _make_traffic(
+    dataset: Dataset, data_dir: Path | None, settings: Settings, log_spec: LogSpec | None = None
+) -> Path:
     """Generate / convert the dataset's traffic (deterministic) into the cache; return its path."""
     from models.config import file_digest
     from models.data.columns import iter_events
@@ -64,15 +75,15 @@ def _make_traffic(dataset: Dataset, data_dir: Path | None, settings: Settings) -
         requests, impressions, meta = traffic.requests, traffic.impressions, synthetic_metadata(cfg)
     else:
         from models.data.convert import ConvertConfig, conversion_metadata, convert
-        from models.data.loaders import load_dataset, resolve_data_dir
+        from models.data.loaders import resolve_data_dir
+        from models.data.user_log import load_source
 
         folder = resolve_data_dir(data_dir, settings.data_dir)
-        log, report = load_dataset(dataset.value, folder)
+        log, source = load_source(dataset.value, folder, log_spec)
         ccfg = ConvertConfig()
         requests, impressions = convert(log, ccfg, dataset=dataset.value)
         meta = conversion_metadata(log, ccfg, dataset.value)
-        meta["source_file"] = report.path
-        meta["rows_skipped"] = dict(report.skipped)
+        meta.update(source)
     out_dir = settings.cache_dir / "traffic"
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dataset.value}-", suffix=".avro", dir=out_dir)
@@ -88,7 +99,11 @@ def _make_traffic(dataset: Dataset, data_dir: Path | None, settings: Settings) -
 
 
 def _resolve_traffic(
-    dataset: Dataset | None, traffic: Path | None, data_dir: Path | None, settings: Settings
+    dataset: Dataset | None,
+    traffic: Path | None,
+    data_dir: Path | None,
+    settings: Settings,
+    log_spec: LogSpec | None = None,
 ) -> Path:
     if traffic is not None:
         return traffic
@@ -96,7 +111,7 @@ def _resolve_traffic(
         console.print("[red]give --dataset or --traffic[/red]")
         raise typer.Exit(2)
     with console.status(f"building {dataset.value} traffic"):
-        return _make_traffic(dataset, data_dir, settings)
+        return _make_traffic(dataset, data_dir, settings, log_spec)
 
 
 def _train(
@@ -105,6 +120,7 @@ def _train(
     data_dir: Path | None,
     seeds: int,
     model_dir: Path | None,
+    log_spec: LogSpec | None = None,
 ) -> tuple[Path, dict[str, Any], float]:
     """Resolve traffic, then ensure the bundle with a live progress display."""
     from models.bundle import ensure_bundle
@@ -115,7 +131,7 @@ def _train(
     settings = Settings()
     started = time.perf_counter()
     try:
-        path = _resolve_traffic(dataset, traffic, data_dir, settings)
+        path = _resolve_traffic(dataset, traffic, data_dir, settings, log_spec)
         cfg = TrainConfig.from_settings(settings, seeds=seeds)
         with Progress(
             SpinnerColumn(),
@@ -149,9 +165,15 @@ def train(
     data_dir: DataDirOpt = None,
     seeds: SeedsOpt = 3,
     model_dir: ModelDirOpt = None,
+    columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """Train the FM and every VM variant (seeded, cached), export ONNX, print the bundle path."""
-    bundle, evaluation, secs = _train(dataset, traffic, data_dir, seeds, model_dir)
+    name = dataset.value if dataset else None
+    spec = log_spec_or_exit(name, columns, time_unit, label_threshold, log_format, console)
+    bundle, evaluation, secs = _train(dataset, traffic, data_dir, seeds, model_dir, spec)
     fm, vm = evaluation["models"]["fm"], evaluation["models"]["vm"]
     console.print(
         f"bundle [bold]{bundle}[/bold] ({secs:.0f} s; training "
@@ -169,11 +191,17 @@ def evaluate(
     data_dir: DataDirOpt = None,
     seeds: SeedsOpt = 3,
     model_dir: ModelDirOpt = None,
+    columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """NE / AUC / transfer ratios on the test period, training whatever is not cached."""
     from models.evaluate import markdown
 
-    bundle, evaluation, secs = _train(dataset, traffic, data_dir, seeds, model_dir)
+    name = dataset.value if dataset else None
+    spec = log_spec_or_exit(name, columns, time_unit, label_threshold, log_format, console)
+    bundle, evaluation, secs = _train(dataset, traffic, data_dir, seeds, model_dir, spec)
     # raw Markdown (not rendered): it pastes into issues and stays readable in narrow terminals
     console.print(markdown(evaluation), markup=False, highlight=False, soft_wrap=True)
     console.print(f"bundle {bundle} ({secs:.0f} s)")
