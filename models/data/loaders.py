@@ -335,7 +335,10 @@ def load_dataset(name: DatasetName | str, data_dir: Path) -> tuple[Interactions,
         return load_movielens(Path(data_dir))
     if name == "taobao":
         return load_taobao(Path(data_dir))
-    raise DatasetNotFound(f"unknown dataset {name!r}; known: movielens, taobao")
+    raise DatasetNotFound(
+        f"unknown dataset {name!r}; known: movielens, taobao "
+        "(any other log: dataset 'log', models.data.user_log.load_source)"
+    )
 
 
 def resolve_data_dir(explicit: Path | None, default: Path) -> Path:
