@@ -39,6 +39,7 @@ from tests.integration.fault_harness import (
     TimedReplay,
     check_nothing_lost,
     fault_pipeline,
+    pair_keys,
     print_measured,
     wait_caught_up,
     wait_for,
@@ -92,12 +93,18 @@ class Mark:
     requests: int
     reads: int  #: latencies recorded so far
     served: int  #: lookups served by any tier other than missing
+    exact: int  #: lookups served the exact pair
     missing: int
     failed_reads: int  #: reads that hit a timeout or a store error
 
+    def _lookups_since(self, earlier: Mark) -> int:
+        return max(1, self.served + self.missing - earlier.served - earlier.missing)
+
     def served_share_since(self, earlier: Mark) -> float:
-        lookups = self.served + self.missing - earlier.served - earlier.missing
-        return (self.served - earlier.served) / max(1, lookups)
+        return (self.served - earlier.served) / self._lookups_since(earlier)
+
+    def exact_share_since(self, earlier: Mark) -> float:
+        return (self.exact - earlier.exact) / self._lookups_since(earlier)
 
 
 class InProcessRanker:
@@ -149,6 +156,7 @@ class InProcessRanker:
             svc.requests,
             len(svc.read_ms),
             int(counts.sum() - counts[Tier.MISSING]),
+            int(counts[Tier.EXACT]),
             int(counts[Tier.MISSING]),
             st.timeouts + st.store_errors,
         )
@@ -295,7 +303,9 @@ def test_redis_restart_mid_replay_recovers(
         with live_run(settings, bundle, tmp_path) as (procs, ranker):
             replay = start_replay(settings, dense_traffic, tmp_path)
             time.sleep(REPLAY_WALL_S / 3)
-            keys_lost = int(rds.client().dbsize())
+            client = rds.client()
+            keys_lost = int(client.dbsize())
+            client.close()
             before = ranker.mark()
             t_down = time.monotonic()
             rds.stop()
@@ -303,11 +313,12 @@ def test_redis_restart_mid_replay_recovers(
             rds.start()
             down_s = time.monotonic() - t_down
             at_up = ranker.mark()
-            client = rds.client()
-            first_write_s = wait_for("a write to the new Redis", lambda: client.dbsize() > 0, 60)
+            first_write_s = wait_for(
+                "a pair written to the new Redis", lambda: pair_keys(settings) > 0, 60, 0.05
+            )
             recovery_s = wait_for(
-                "a stored value served after the restart",
-                lambda: ranker.mark().served > at_up.served,
+                "an exact pair served after the restart",
+                lambda: ranker.mark().exact > at_up.exact,
                 60,
                 poll_s=0.05,
             )
@@ -331,8 +342,10 @@ def test_redis_restart_mid_replay_recovers(
             "down_s": down_s,
             "first_write_s": first_write_s,
             "recovery_s": recovery_s,
-            "served_share_before": before.served_share_since(Mark(0, 0, 0, 0, 0)),
+            "served_share_before": before.served_share_since(Mark(0, 0, 0, 0, 0, 0)),
             "served_share_after": end.served_share_since(at_up),
+            "exact_share_before": before.exact_share_since(Mark(0, 0, 0, 0, 0, 0)),
+            "exact_share_after": end.exact_share_since(at_up),
             "reads_failed_in_outage": at_up.failed_reads - before.failed_reads,
             "pairs_verified_after": len(after),
             "of_them_missing": len(lost_after),
@@ -370,8 +383,8 @@ def test_redis_black_holed_reads_meet_deadline_and_writes_lose_nothing(
             finally:
                 rds.thaw()
             recovery_s = wait_for(
-                "a stored value served after SIGCONT",
-                lambda: ranker.mark().served > end.served,
+                "an exact pair served after SIGCONT",
+                lambda: ranker.mark().exact > end.exact,
                 60,
                 poll_s=0.05,
             )
@@ -406,3 +419,112 @@ def test_redis_black_holed_reads_meet_deadline_and_writes_lose_nothing(
     assert end.served == start.served  # and served as missing
     assert "store write failed; retrying" in log
     report.assert_nothing_lost()
+
+
+#: the eviction policy the README documents for the store (see "Fault matrix"): every value the
+#: pipeline writes has a TTL, so ``volatile-ttl`` evicts the values nearest to expiry first —
+#: the oldest pair embeddings (4 h TTL) before aggregates and neighbour lists (24 h) — and never
+#: the stats hashes (no TTL). The Redis default, ``noeviction``, fails every write instead.
+EVICTION_POLICY = "volatile-ttl"
+#: memory allowed above what Redis used when the cap is set (a fraction of what the rest of the
+#: replay writes, so eviction runs for most of it)
+CAP_HEADROOM_BYTES = 64 * 1024
+
+
+def served_tiers_of_verified(
+    settings: Settings, ranker: InProcessRanker, present: set[tuple[int, int]]
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """Look up every verified pair just after the request it was verified for (its newest one),
+    with the ranker's reader config: (exact served for stored pairs, stored pairs, evicted pairs
+    served as exact). A generous deadline: this checks values, not latency."""
+    import dataclasses
+
+    from store.reader import FeatureReader
+    from streams.stores import store_from_settings
+
+    config = dataclasses.replace(ranker.service.reader.config, deadline_ms=2_000.0)
+    reader = FeatureReader(store_from_settings(settings), config)
+    newest: dict[tuple[int, int], int] = {}
+    messages = verified_messages(settings)
+    for m in messages:
+        for i in m.item_ids:
+            newest[(m.user_id, i)] = max(m.event_time_ms, newest.get((m.user_id, i), 0))
+    exact_ok = stored = 0
+    evicted_exact = []
+    for m in messages:
+        items = [i for i in m.item_ids if newest[(m.user_id, i)] == m.event_time_ms]
+        if not items:
+            continue
+        tiers = reader.lookup(m.user_id, items, m.event_time_ms + 1).tiers
+        for item, tier in zip(items, tiers, strict=True):
+            if (m.user_id, item) in present:
+                stored += 1
+                exact_ok += int(tier == Tier.EXACT)
+            elif tier == Tier.EXACT:
+                evicted_exact.append((m.user_id, item))
+    st = reader.stats
+    assert st.store_errors == st.timeouts == st.corrupt_values == st.internal_errors == 0, st
+    reader.store.close()
+    return exact_ok, stored, evicted_exact
+
+
+def test_redis_at_maxmemory_evicts_and_writes_continue(
+    dense_traffic: Path, bundle: Path, tmp_path: Path
+) -> None:
+    """Redis capped at ``maxmemory`` mid-replay with the documented eviction policy."""
+    with own_redis(tmp_path / "redis") as rds:
+        settings = faulted_settings(bundle, rds)
+        admin = rds.client()
+        with live_run(settings, bundle, tmp_path) as (procs, ranker):
+            replay = start_replay(settings, dense_traffic, tmp_path)
+            time.sleep(REPLAY_WALL_S / 4)
+            used = int(admin.info("memory")["used_memory"])
+            admin.config_set("maxmemory-policy", EVICTION_POLICY)
+            admin.config_set("maxmemory", used + CAP_HEADROOM_BYTES)
+            cap = ranker.mark()
+            cut = end_offsets(settings, settings.topic("verified"))
+            finish(replay, settings, procs)
+            ranker.check()
+            end = ranker.mark()
+            log = procs.log("pipeline") + procs.log("fm")
+        # read after the workers stopped: their last writes (stats, neighbours) may evict too
+        evicted = int(admin.info("stats")["evicted_keys"])
+        peak = int(admin.info("memory")["used_memory_peak"])
+        admin.close()
+        report = check_nothing_lost(settings, dense_traffic, bundle)
+        messages = verified_messages(settings)
+        all_pairs = {(m.user_id, i) for m in messages for i in m.item_ids}
+        absent = set(report.missing_in_store)
+        after_cap = [m for m in messages if m.offset >= cut[m.partition]]
+        last = {m.partition: m for m in after_cap}  # newest verified message per partition
+        last_absent = {(m.user_id, i) for m in last.values() for i in m.item_ids} & absent
+        exact_ok, stored, evicted_exact = served_tiers_of_verified(
+            settings, ranker, all_pairs - absent
+        )
+    st = ranker.service.reader.stats
+    print_measured(
+        "redis maxmemory",
+        {
+            "policy": EVICTION_POLICY,
+            "maxmemory": used + CAP_HEADROOM_BYTES,
+            "used_peak": peak,
+            "evicted_keys": evicted,
+            "verified_pairs": len(all_pairs),
+            "pairs_evicted": len(absent),
+            "aggregates_stored": report.aggregates,
+            "served_share_after_cap": end.served_share_since(cap),
+            "ranker_store_errors": st.store_errors,
+            "ranker_timeouts": st.timeouts,
+            "write_retries_logged": log.count("store write failed; retrying"),
+            "stored_pairs_served_exact": f"{exact_ok}/{stored}",
+            "evicted_pairs_served_exact": len(evicted_exact),
+        },
+    )
+    assert evicted > 0 and absent, "the cap never made Redis evict a pair"
+    assert len(absent) <= evicted, "more verified pairs absent than keys evicted: writes lost"
+    assert "store write failed; retrying" not in log  # no OOM error reached a writer
+    assert after_cap and not last_absent, f"newest writes missing: {last_absent}"
+    assert st.store_errors == 0 and st.corrupt_values == 0  # eviction is not an error
+    assert not evicted_exact, evicted_exact  # an evicted pair reads missing (a lower tier)
+    assert exact_ok == stored > 0  # every pair still stored is served exact
+    assert not report.missing_in_embeddings and not report.stale_in_store
