@@ -110,8 +110,14 @@ def _resolve_traffic(
     if dataset is None:
         console.print("[red]give --dataset or --traffic[/red]")
         raise typer.Exit(2)
-    with console.status(f"building {dataset.value} traffic"):
-        return _make_traffic(dataset, data_dir, settings, log_spec)
+    from models.data.errors import DataError
+
+    try:
+        with console.status(f"building {dataset.value} traffic"):
+            return _make_traffic(dataset, data_dir, settings, log_spec)
+    except DataError as exc:  # a missing folder, an unreadable log: one line, not a traceback
+        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        raise typer.Exit(1) from exc
 
 
 def _train(

@@ -267,3 +267,36 @@ def test_cli_errors(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "column(s) not found" in " ".join(missing.output.split())
     wrong = runner.invoke(data_cmd.app, [*base, "--dataset", "movielens", "--columns", "user=u"])
     assert wrong.exit_code == 2 and "--dataset log only" in " ".join(wrong.output.split())
+
+
+def test_evaluate_simulate_demo_take_dataset_log(tmp_path: Path) -> None:
+    """The commands that build traffic from --dataset parse the log options and reach the loader
+    (an invalid spec stops demo before it starts any service)."""
+    from streams.cli.main import app
+
+    path = tmp_path / "log.csv"
+    path.write_text(f"uid,sku,ts\n1,2,{T0}\n")
+    runner = CliRunner(env={"SOLARIS_CACHE_DIR": str(tmp_path / "cache")})
+    for command in ("evaluate", "simulate", "train"):
+        result = runner.invoke(app, [command, "--dataset", "log", "--data-dir", str(path)])
+        assert result.exit_code == 1, (command, result.output)
+        assert "column(s) not found: item" in " ".join(result.output.split())
+    for command in ("evaluate", "simulate", "demo"):
+        args = [command, "--dataset", "log", "--data-dir", str(path), "--columns", "user:uid"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "KEY=COLUMN" in result.output, (command, result.output)
+
+
+def test_make_traffic_for_log(tmp_path: Path) -> None:
+    """What evaluate/simulate/demo train on: the log converted into the traffic cache."""
+    from streams.cli.train_cmd import Dataset, _make_traffic
+    from streams.settings import Settings
+
+    path = tmp_path / "ratings.csv"
+    path.write_text(RATINGS_CSV)
+    made = _make_traffic(Dataset.log, path, Settings(cache_dir=tmp_path / "cache"), RATINGS_SPEC)
+    assert made.name.startswith("log-") and made.parent == tmp_path / "cache" / "traffic"
+    loaded = load_traffic(made)
+    assert loaded.requests.user_id.tolist() == [10, 20]
+    assert loaded.requests.request_id.tolist() == ["log-10-0", "log-20-0"]
+    assert loaded.metadata["rows_loaded"] == 3
