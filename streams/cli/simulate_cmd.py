@@ -11,6 +11,14 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from models.data.log_spec import LogLayout, TimeUnit
+from streams.cli.log_opts import (
+    ColumnsOpt,
+    LabelThresholdOpt,
+    LogFormatOpt,
+    TimeUnitOpt,
+    log_spec_or_exit,
+)
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.settings import Settings
 
@@ -50,9 +58,21 @@ def simulate(
             "--sweep-ttl", help="Pair TTLs of the sweep in hours (repeatable; default 1 and 4)."
         ),
     ] = None,
+    sweep_png: Annotated[
+        Path | None,
+        typer.Option(
+            "--sweep-png",
+            help="Where the sweep's coverage-vs-cost PNG goes (default: next to --json, "
+            "else out/sweep-<dataset>.png).",
+        ),
+    ] = None,
     no_random: Annotated[
         bool, typer.Option("--no-random", help="Skip the random-selection baseline.")
     ] = False,
+    log_columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """Replay traffic through speculate → verify → embed → aggregate → neighbours → rank, offline."""
     from models.data.traffic import read_traffic
@@ -62,7 +82,9 @@ def simulate(
     from streams.simulate.run import simulate as run_simulation
 
     settings = Settings()
-    path = _resolve_traffic(dataset, traffic, data_dir, settings)
+    name = dataset.value if dataset else None
+    spec = log_spec_or_exit(name, log_columns, time_unit, label_threshold, log_format, console)
+    path = _resolve_traffic(dataset, traffic, data_dir, settings, spec)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         bundle = _bundle(path, settings, progress)
@@ -99,14 +121,32 @@ def simulate(
                 ttls_ms=ttls,
                 progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
             )
-            if json_path is not None:
-                png = plot(report["sweep"], json_path.with_suffix(".png"), meta.dataset)
-                report["sweep_png"] = str(png) if png else None
+            png = plot(
+                report["sweep"], sweep_png_path(sweep_png, json_path, meta.dataset), meta.dataset
+            )
+            report["sweep_png"] = str(png) if png else None
     console.print(Markdown(markdown_table(report)))
+    if report.get("sweep_png"):
+        console.print(f"sweep plot written to {report['sweep_png']}")
+    elif sweep:
+        console.print("[yellow]no sweep plot: matplotlib is missing (the train extra)[/yellow]")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2, default=float))
         console.print(f"report written to {json_path}")
+
+
+def sweep_png_path(explicit: Path | None, json_path: Path | None, dataset: str) -> Path:
+    """The sweep plot's path: the one asked for, else next to the JSON report, else under out/
+    (so a sweep run without ``--json`` still leaves its plot); parent folders are created."""
+    if explicit is not None:
+        path = explicit
+    elif json_path is not None:
+        path = json_path.with_suffix(".png")
+    else:
+        path = Path("out") / f"sweep-{dataset}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
 
 
 def register(app: typer.Typer) -> None:
