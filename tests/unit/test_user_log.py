@@ -57,6 +57,7 @@ RATINGS_CSV = (
     f"10,100,5,{T0}\n"
     f"10,101,3,{T0 + 10}\n"
     f"20,100,4.5,{T0 + 5}\n"
+    f"30,100,4,{T0 + 100}\n"  # exactly at the threshold: a positive
     f"20,,4,{T0}\n"  # missing item
     f"20,102,abc,{T0}\n"  # bad label
     "20,102,4,yesterday\n"  # bad time
@@ -70,9 +71,14 @@ def test_csv_with_ratings_values_and_bad_rows(tmp_path: Path) -> None:
     path.write_text(RATINGS_CSV)
     log = load_user_log(path, RATINGS_SPEC)
     ms = T0 * 1000
-    assert _rows(log) == [(10, 100, ms, 1), (20, 100, ms + 5000, 1), (10, 101, ms + 10_000, 0)]
+    assert _rows(log) == [
+        (10, 100, ms, 1),
+        (20, 100, ms + 5000, 1),
+        (10, 101, ms + 10_000, 0),
+        (30, 100, ms + 100_000, 1),
+    ]
     assert log.id_encoding == {"user": "native", "item": "native"}
-    assert log.report.rows_read == 7 and log.report.rows_loaded == 3
+    assert log.report.rows_read == 8 and log.report.rows_loaded == 4
     assert dict(log.report.skipped) == {
         "missing_field": 1,
         "bad_label": 1,
@@ -83,8 +89,9 @@ def test_csv_with_ratings_values_and_bad_rows(tmp_path: Path) -> None:
     assert _by_request(requests, impressions) == [
         (10, ms, {100: 1, 101: 0}),  # 101 is 10 s later: same 60 s request
         (20, ms + 5000, {100: 1}),
+        (30, ms + 100_000, {100: 1}),
     ]
-    assert requests.request_id.tolist() == ["log-10-0", "log-20-0"]
+    assert requests.request_id.tolist() == ["log-10-0", "log-20-0", "log-30-0"]
     for r in range(len(requests)):  # the interacted items are among the request's candidates
         cands = set(requests.candidates_of(r).tolist())
         assert set(impressions.item_id[impressions.request_index == r].tolist()) <= cands
@@ -231,8 +238,8 @@ def test_load_source_log_metadata(tmp_path: Path) -> None:
     path = tmp_path / "ratings.csv"
     path.write_text(RATINGS_CSV)
     interactions, meta = load_source("log", path, RATINGS_SPEC)
-    assert len(interactions) == 3
-    assert meta["rows_read"] == 7 and meta["rows_loaded"] == 3
+    assert len(interactions) == 4
+    assert meta["rows_read"] == 8 and meta["rows_loaded"] == 4
     assert sum(meta["rows_skipped"].values()) == 4
 
 
@@ -244,18 +251,22 @@ def test_cli_data_traffic_log(tmp_path: Path) -> None:
     args += ["--columns", "user=uid,item=sku,time=ts,label=stars", "--label-threshold", "4"]
     result = CliRunner().invoke(data_cmd.app, [*args, "--k", "6", "--json", str(report)])
     assert result.exit_code == 0, result.output
-    assert "read 7 rows, loaded 3, skipped 4 bad" in " ".join(result.output.split())
+    assert "read 8 rows, loaded 4, skipped 4 bad" in " ".join(result.output.split())
     loaded = load_traffic(out)
-    assert loaded.requests.user_id.tolist() == [10, 20]
-    assert loaded.requests.event_time_ms.tolist() == [T0 * 1000, T0 * 1000 + 5000]
-    assert sorted(loaded.impressions.label.tolist()) == [0, 1, 1]
+    assert loaded.requests.user_id.tolist() == [10, 20, 30]
+    assert loaded.requests.event_time_ms.tolist() == [
+        T0 * 1000,
+        T0 * 1000 + 5000,
+        T0 * 1000 + 100_000,
+    ]
+    assert sorted(loaded.impressions.label.tolist()) == [0, 1, 1, 1]
     assert loaded.metadata["dataset"] == "log"
     skipped = {"missing_field": 1, "bad_label": 1, "bad_time": 1, "field_count": 1}
     assert loaded.metadata["rows_skipped"] == skipped
     written = json.loads(report.read_text())
     assert written["metadata"]["rows_skipped"] == skipped
-    assert written["stats"]["requests"] == 2
-    assert np.isclose(written["metadata"]["positive_share"], 2 / 3)
+    assert written["stats"]["requests"] == 3
+    assert np.isclose(written["metadata"]["positive_share"], 3 / 4)
 
 
 def test_cli_errors(tmp_path: Path) -> None:
@@ -297,6 +308,6 @@ def test_make_traffic_for_log(tmp_path: Path) -> None:
     made = _make_traffic(Dataset.log, path, Settings(cache_dir=tmp_path / "cache"), RATINGS_SPEC)
     assert made.name.startswith("log-") and made.parent == tmp_path / "cache" / "traffic"
     loaded = load_traffic(made)
-    assert loaded.requests.user_id.tolist() == [10, 20]
-    assert loaded.requests.request_id.tolist() == ["log-10-0", "log-20-0"]
-    assert loaded.metadata["rows_loaded"] == 3
+    assert loaded.requests.user_id.tolist() == [10, 20, 30]
+    assert loaded.requests.request_id.tolist() == ["log-10-0", "log-20-0", "log-30-0"]
+    assert loaded.metadata["rows_loaded"] == 4
