@@ -281,8 +281,7 @@ def test_cli_errors(tmp_path: Path) -> None:
 
 
 def test_evaluate_simulate_demo_take_dataset_log(tmp_path: Path) -> None:
-    """The commands that build traffic from --dataset parse the log options and reach the loader
-    (an invalid spec stops demo before it starts any service)."""
+    """The commands that build traffic from --dataset parse the log options and reach the loader."""
     from streams.cli.main import app
 
     path = tmp_path / "log.csv"
@@ -292,10 +291,21 @@ def test_evaluate_simulate_demo_take_dataset_log(tmp_path: Path) -> None:
         result = runner.invoke(app, [command, "--dataset", "log", "--data-dir", str(path)])
         assert result.exit_code == 1, (command, result.output)
         assert "column(s) not found: item" in " ".join(result.output.split())
-    for command in ("evaluate", "simulate", "demo"):
+    for command in ("evaluate", "simulate"):
         args = [command, "--dataset", "log", "--data-dir", str(path), "--columns", "user:uid"]
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and "KEY=COLUMN" in result.output, (command, result.output)
+
+
+def test_demo_takes_log_options(tmp_path: Path) -> None:
+    """demo parses the log options before it starts any service: a bad spec exits 2 at once."""
+    from streams.cli.main import app
+
+    path = tmp_path / "log.csv"
+    path.write_text(f"uid,sku,ts\n1,2,{T0}\n")
+    args = ["demo", "--dataset", "log", "--data-dir", str(path), "--columns", "user:uid"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "KEY=COLUMN" in result.output, result.output
 
 
 def test_make_traffic_for_log(tmp_path: Path) -> None:
