@@ -1,0 +1,407 @@
+"""Fuzzing the live pipeline: >= 10,000 malformed or mutated messages on every input topic.
+
+A pipeline worker and an FM worker (real broker, Redis, Faust) get byte mutations of valid Avro
+encodings and hypothesis records near every validation bound (``tests/fuzz_events.py``) on
+``requests``, ``impressions``, ``speculated``, ``verified`` and ``embeddings``, interleaved with
+a lockstep replay of valid traffic. Asserted:
+
+* every fuzzed message the codec rejects has exactly one dead letter, at its own source
+  topic/partition/offset, with the codec's reason; a fuzzed entry event dated past any possible
+  admission limit is dead-lettered ``future_event_time``; every other fuzzed message is either
+  processed (no dead letter) or dead-lettered with a reason; no valid message is dead-lettered;
+* 0 crashes: both processes alive, no agent crash or traceback in their logs;
+* 0 stuck partitions: consumer lag 0 on every group, topic and partition;
+* the valid users' verified histories, pair vectors and aggregates in Redis equal the
+  simulator's on the valid traffic alone.
+
+Fuzzed records that decode to a *valid* record are processed like any other, so they are kept
+away from what the valid traffic reads (see :func:`harmless`): other users and items, and event
+times that cannot move the worker's shared event-time state (the recurrence prior's clock).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.codec import Codec
+from schemas.limits import Limits
+from schemas.records import DeadLetter, ProposalBatch, RequestEvent
+from streams.kafka_clients import make_producer
+from streams.settings import Settings
+from tests.fuzz_events import (
+    FuzzMessage,
+    bound_records,
+    byte_mutations,
+    counts_by,
+    decoded,
+    expected_reason,
+)
+from tests.integration.live_harness import (
+    TINY_TRAIN,
+    fresh_live_settings,
+    pipeline,
+    read_topic,
+    read_topic_with_partitions,
+    wait_drained,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SEED = 20_260_412
+N_MUTATIONS = 8_200
+N_BOUND = 2_500  # hypothesis examples; a few that not even Avro can carry are dropped
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+ENTRY = ("requests", "impressions")
+INPUTS = ("requests", "impressions", "speculated", "verified", "embeddings")
+#: fuzzed messages sent before the replay starts; the rest go between its requests
+BURST = 0.4
+Where = tuple[str, int, int]  #: (topic, partition, offset)
+
+
+def harmless(rec: Any, topic: str, valid: dict[str, Any], now_ms: int, future_ms: int) -> bool:
+    """Whether a fuzzed message that decodes to ``rec`` leaves the valid traffic's values alone.
+
+    Its user must not be a valid user (per-user state). On ``speculated`` and ``verified`` its
+    event time must not be more than an hour ahead: the broker (Kafka 4's
+    ``log.message.timestamp.after.max.ms``) refuses the output message, which crashes the agent
+    and loses its batch (a defect in the agent adapters, pinned by
+    :func:`test_output_dated_past_the_broker_limit_costs_only_its_own_message`). On ``requests``
+    and ``speculated`` its
+    items must not be valid items and its event time not ahead of the valid traffic by more than
+    30 days: both feed the per-worker recurrence prior, whose decayed counts are rebased once an
+    event is ~72 days ahead of the first one (one event dated "now" during a replay of 2024
+    traffic zeroes the prior for the rest of the replay; see the report). Entry events in the
+    band where admission depends on timing are left out so the expected outcome is exact.
+    """
+    if rec.user_id in valid["users"]:
+        return False
+    t = rec.event_time_ms
+    late = t > valid["t_end"] + 30 * DAY_MS
+    if topic in ENTRY and late and t <= now_ms + future_ms + DAY_MS:
+        return False
+    if topic in ("speculated", "verified") and t > now_ms + HOUR_MS:
+        return False
+    if topic in ("requests", "speculated"):
+        items = rec.candidates if topic == "requests" else rec.item_ids
+        if valid["items"] & set(items) or (topic == "speculated" and late):
+            return False
+    return True
+
+
+def fuzz_messages(codec: Codec, valid: dict[str, Any], now_ms: int, future_ms: int) -> list[Any]:
+    """The fuzzed messages to send with their expected codec reason (None: decodes)."""
+    dim, span = TINY_TRAIN.embedding_dim, (valid["t_start"], valid["t_end"])
+    made = byte_mutations(N_MUTATIONS, SEED, span, dim, codec) + bound_records(
+        N_BOUND, span, now_ms, dim
+    )
+    out: list[tuple[FuzzMessage, str | None]] = []
+    for msg in made:
+        reason = expected_reason(codec, msg)
+        if reason is None and not harmless(
+            decoded(codec, msg), msg.topic, valid, now_ms, future_ms
+        ):
+            continue
+        out.append((msg, reason))
+    return out
+
+
+class FuzzSender:
+    """Produces fuzzed messages in chunks and records where each one landed."""
+
+    def __init__(self, settings: Settings, messages: list[Any]) -> None:
+        self.settings, self.messages = settings, messages
+        self.producer = make_producer(settings)
+        self.where: dict[int, Where] = {}
+        self.next = 0
+
+    def _delivered(self, index: int, err: Any, msg: Any) -> None:
+        assert err is None, f"fuzz message {index} not delivered: {err}"
+        self.where[index] = (msg.topic(), msg.partition(), msg.offset())
+
+    def send(self, n: int) -> None:
+        end = min(self.next + n, len(self.messages))
+        for i in range(self.next, end):
+            msg = self.messages[i][0]
+            self.producer.produce(
+                self.settings.topic(msg.topic),
+                key=msg.key,
+                value=msg.value,
+                on_delivery=partial(self._delivered, i),
+            )
+            self.producer.poll(0)
+        self.next = end
+        assert self.producer.flush(30) == 0
+
+
+def valid_traffic(traffic: Path) -> tuple[list[Any], dict[str, Any]]:
+    from models.data.traffic import read_traffic
+
+    events = list(read_traffic(traffic))
+    items = {i for e in events if isinstance(e, RequestEvent) for i in e.candidates}
+    items |= {e.item_id for e in events if not isinstance(e, RequestEvent)}
+    times = [e.event_time_ms for e in events]
+    return events, {
+        "users": {e.user_id for e in events},
+        "items": items,
+        "t_start": min(times),
+        "t_end": max(times),
+        "requests": sum(isinstance(e, RequestEvent) for e in events),
+    }
+
+
+@pytest.fixture(scope="module")
+def fuzz_run(
+    traffic: Path, bundle: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    from streams.lag import LagReader
+    from streams.replay import replay_file
+
+    settings = fresh_live_settings(bundle, partitions=4)
+    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    events, valid = valid_traffic(traffic)
+    started = time.monotonic()
+    messages = fuzz_messages(codec, valid, int(time.time() * 1000), settings.max_future_ms)
+    generated_s = time.monotonic() - started
+    log_dir = tmp_path_factory.mktemp("fuzz")
+    sender = FuzzSender(settings, messages)
+    topics = [settings.topic(t) for t in INPUTS]
+    with pipeline(settings, log_dir, ranker=False) as procs:
+        started = time.monotonic()
+        sender.send(int(len(messages) * BURST))
+        per_request = -(-(len(messages) - sender.next) // valid["requests"])
+        reader = LagReader(settings)
+
+        def lockstep() -> None:  # fuzz between valid requests, then the simulator's order
+            sender.send(per_request)
+            procs.alive()
+            assert reader.wait_drained(reader.groups(), topics, timeout_s=90), "drain timed out"
+
+        replay_file(settings, traffic, speed=0.0, lockstep=lockstep)
+        sender.send(len(messages))
+        wait_drained(settings, procs)
+        assigned = reader.assigned(reader.groups())  # the topics each group consumes
+        lags = [p for g, ts in assigned.items() for p in reader.lag([g], ts & set(topics))]
+        reader.close()
+        run_s = time.monotonic() - started
+        procs.alive()
+        logs = {name: procs.log(name) for name in procs.procs}
+        wall_end_ms = int(time.time() * 1000)
+    dead = [
+        (p, codec.decode(v, DeadLetter))
+        for p, _, v in read_topic_with_partitions(settings, settings.topic("dead-letter"))
+    ]
+    return {
+        "settings": settings,
+        "codec": codec,
+        "events": events,
+        "valid": valid,
+        "messages": messages,
+        "where": sender.where,
+        "dead": [d for _, d in dead],
+        "lags": lags,
+        "logs": logs,
+        "wall_end_ms": wall_end_ms,
+        "seconds": {"generate": generated_s, "run": run_s},
+    }
+
+
+def _logical(settings: Settings, topic: str) -> str:
+    return topic.removeprefix(f"{settings.topic_prefix}.")
+
+
+def outcomes(run: dict[str, Any]) -> tuple[list[str], dict[str, int], list[str]]:
+    """Per fuzzed message its outcome (a dead-letter reason or ``processed``); dead letters of
+    messages the pipeline derived from fuzzed ones, by reason; and every violation found."""
+    settings, codec, where = run["settings"], run["codec"], run["where"]
+    sent_at = {w: i for i, w in where.items()}
+    by_origin: dict[Where, list[DeadLetter]] = {}
+    derived: list[str] = []
+    bad: list[str] = []
+    for d in run["dead"]:
+        w = (d.source_topic, d.partition, d.offset)
+        if w in sent_at:
+            by_origin.setdefault(w, []).append(d)
+            continue
+        try:  # a message the pipeline made from a fuzzed record, never from valid traffic
+            rec = codec.decode(d.raw_value)
+            from_fuzz = rec.user_id not in run["valid"]["users"]
+        except Exception:
+            from_fuzz = False
+        if from_fuzz and _logical(settings, d.source_topic) not in ENTRY:
+            derived.append(d.reason)
+        else:
+            bad.append(f"dead letter of a message not fuzzed: {w} {d.reason} {d.error[:200]}")
+    refused_after = run["wall_end_ms"] + settings.max_future_ms
+    got: list[str] = []
+    for i, (msg, reason) in enumerate(run["messages"]):
+        reasons = [d.reason for d in by_origin.get(where[i], [])]
+        if reason is not None:
+            want = [reason]
+        elif msg.topic in ENTRY and decoded(codec, msg).event_time_ms > refused_after:
+            want = ["future_event_time"]
+        else:
+            want = reasons if reasons == ["processing_error"] else []
+        if reasons != want:
+            bad.append(f"{msg.topic} {msg.kind} at {where[i]}: dead letters {reasons}, want {want}")
+        got.append(reasons[0] if reasons else "processed")
+    return got, counts_by(derived), bad
+
+
+def test_every_fuzzed_message_is_processed_or_dead_lettered_with_its_reason(
+    fuzz_run: dict[str, Any],
+) -> None:
+    messages = fuzz_run["messages"]
+    assert len(messages) >= 10_000
+    assert len(fuzz_run["where"]) == len(messages)  # every one delivered, offset known
+    got, derived, bad = outcomes(fuzz_run)
+    print(f"\nfuzzed {len(messages)} messages in {fuzz_run['seconds']}")
+    print("outcome by reason:", counts_by(got))
+    print("by topic:", counts_by(f"{m.topic}:{g}" for (m, _), g in zip(messages, got, strict=True)))
+    print("dead letters of derived messages:", derived)
+    assert not bad, f"{len(bad)} violations, e.g.\n" + "\n".join(bad[:10])
+    assert sum(g == "processed" for g in got) >= 100  # some mutants are valid records
+    assert {"future_event_time", "invalid_field", "decode_error", "bad_header"} <= set(got)
+
+
+def test_no_crash_and_no_stuck_partition(fuzz_run: dict[str, Any]) -> None:
+    lags = fuzz_run["lags"]
+    settings = fuzz_run["settings"]
+    stuck = [p for p in lags if p.lag != 0]
+    assert not stuck, f"stuck partitions: {stuck[:5]}"
+    covered = {(p.group, _logical(settings, p.topic), p.partition) for p in lags}
+    # the pipeline group reads every input topic but verified; the FM group reads verified
+    assert len(covered) == len(INPUTS) * settings.topic_partitions
+    for name, log in fuzz_run["logs"].items():
+        for marker in ("Crashed", "crashed", "Traceback"):
+            assert marker not in log, f"{name} log: {log[log.index(marker) - 2000 :][:4000]}"
+    print(f"\nlag 0 on {len(covered)} group/topic/partitions")
+
+
+def _live_values(settings: Settings, codec: Codec, users: set[int]) -> Any:
+    """Verified histories and stored pair/aggregate values of ``users`` only."""
+    import redis
+
+    from tests.integration.value_parity import Values
+
+    histories: dict[Any, Any] = {}
+    for _, value in read_topic(settings, settings.topic("verified")):
+        try:
+            b = codec.decode(value, ProposalBatch)
+        except Exception:
+            continue  # a fuzzed message the FM worker dead-lettered
+        if b.user_id in users:
+            hist = (b.history_items, b.history_labels, b.history_times_ms)
+            for item in b.item_ids:
+                histories[(b.user_id, item, b.event_time_ms)] = hist
+    client = redis.Redis.from_url(settings.store_url)
+    try:
+        keys = [
+            k
+            for u in sorted(users)
+            for k in client.scan_iter(match=f"{settings.key_prefix}:{{u{u}}}:*", count=1000)
+        ]
+        values = dict(zip(keys, client.mget(keys), strict=True)) if keys else {}
+    finally:
+        client.close()
+    return Values(
+        histories,
+        {k: v for k, v in values.items() if b":p:" in k and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
+    )
+
+
+def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: Path) -> None:
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from tests.integration.value_parity import compare_vectors, simulated_values
+
+    settings = fuzz_run["settings"]
+    models, _ = load_models(settings, bundle)
+    offline = simulated_values(
+        fuzz_run["events"],
+        sim_config_from_settings(settings, models.fm.dim),
+        models,
+        settings.key_prefix,
+    )
+    live = _live_values(settings, fuzz_run["codec"], fuzz_run["valid"]["users"])
+    assert live.histories.keys() == offline.histories.keys()
+    wrong = [k for k in offline.histories if live.histories[k] != offline.histories[k]]
+    assert not wrong, f"{len(wrong)} pairs embedded with another history, e.g. {wrong[:2]}"
+    for name, got, want in (
+        ("pairs", live.pairs, offline.pairs),
+        ("aggregates", live.aggregates, offline.aggregates),
+    ):
+        diff = compare_vectors(got, want)
+        assert not diff.only_left and not diff.only_right, (
+            f"{name}: {len(diff.only_left)} only live, {len(diff.only_right)} only simulated"
+        )
+        assert not diff.header_mismatch, f"{name}: headers differ for {diff.header_mismatch[:3]}"
+        assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
+        print(f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical")
+        assert len(want) >= 5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect in streams/live/agents (embed/verify/speculate send with timestamp = event "
+    "time): Kafka 4 refuses timestamps > 1 h ahead (log.message.timestamp.after.max.ms), the "
+    "InvalidTimestampError is treated as an infrastructure error, the agent crashes, Faust acks "
+    "its in-flight events, and the message gets no dead letter",
+)
+def test_output_dated_past_the_broker_limit_costs_only_its_own_message(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """A ``verified`` batch that decodes (event time 1 day ahead: within the schema's bounds;
+    internal topics have no admission check) among valid ones: only it may be lost, with a dead
+    letter; the FM agent must not crash."""
+    import redis
+
+    from streams.demo import wait_for_groups
+    from streams.topics import create_topics
+    from tests.integration.live_harness import Procs
+
+    settings = fresh_live_settings(bundle)
+    create_topics(settings)
+    procs = Procs(settings, tmp_path)
+    t0 = 1_704_067_200_000
+    ahead = int(time.time() * 1000) + DAY_MS
+
+    def verified(user: int, t: int) -> ProposalBatch:
+        return ProposalBatch(
+            f"r{user}", user, t, 2, (10, 11), ("candidates",) * 2, (0.5, 0.4), (1,), (1,), (t - 1,)
+        )
+
+    try:
+        procs.start("fm", "worker", "--agents", "embed")
+        wait_for_groups(settings, [f"{settings.topic_prefix}-fm"], timeout_s=120)
+        codec, producer = Codec(), make_producer(settings)
+        batches = [verified(u, t0) for u in range(1, 21)]
+        batches.insert(10, verified(99, ahead))
+        for b in batches:
+            producer.produce(settings.topic("verified"), key=b"1", value=codec.encode(b))
+        assert producer.flush(10) == 0
+        client = redis.Redis.from_url(settings.store_url)
+        deadline = time.monotonic() + 60
+        users: set[int] = set()
+        while time.monotonic() < deadline and len(users) < 20:
+            procs.alive()
+            keys = client.scan_iter(match=f"{settings.key_prefix}:*:p:*", count=1000)
+            users = {int(k.split(b"{u")[1].split(b"}")[0]) for k in keys}
+            time.sleep(0.5)
+        client.close()
+        time.sleep(2.0)
+        dead = [
+            codec.decode(v, DeadLetter)
+            for _, v in read_topic(settings, settings.topic("dead-letter"))
+        ]
+        log = procs.log("fm")
+        assert "Crashed" not in log, "the FM agent crashed on the refused output message"
+        assert users >= set(range(1, 21)), f"embedded users {sorted(users)}"
+        assert [d.reason for d in dead] == ["processing_error"]
+    finally:
+        procs.stop_all()
