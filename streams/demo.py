@@ -1,25 +1,35 @@
-"""``solaris demo``: the main job end to end on this machine, then a one-table report.
+"""``solaris demo``'s live part: workers and ranker as child processes, a replay, a summary.
 
-Starts Kafka + Redis when they are not running, builds recorded traffic, trains small models when
-none are cached, starts a pipeline worker, a separate FM worker (its own consumer group, as on a
-GPU host) and the ranker as child processes, replays the traffic at a speed that finishes in a few
-minutes, waits until every consumer group has drained, prints the table (coverage by tier, FM
-pairs per request, speculation precision, dead letters, read latency, max lag) next to the offline
-simulator's numbers for the same traffic, and stops everything it started.
+Starts a pipeline worker, a separate FM worker (its own consumer group, as on a GPU host) and
+the ranker under a fresh topic/key prefix, replays recorded traffic (timed at ``speed`` event-time
+seconds per wall second, or in lockstep), samples lag and the live counters once a second
+(:class:`~streams.report_html.timeline.Timeline`), waits until every consumer group has drained,
+scrapes the ranker's read-latency histogram, stops everything it started and returns the summary
+that the table and the HTML report are drawn from. Kafka and Redis must be up.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.records import ImpressionEvent, RequestEvent
 from streams.settings import Settings
+
+Report = Callable[[str], None]
+#: the stages whose consumer groups must drain before the summary is read
+PIPELINE_TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
+#: seconds between two progress lines while replaying
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -89,29 +99,6 @@ def wait_for_groups(settings: Settings, groups: list[str], timeout_s: float = 12
     raise TimeoutError(f"consumer groups {groups} not stable after {timeout_s:.0f} s")
 
 
-def summary_json(
-    live: dict[str, Any], offline: dict[str, Any] | None, max_lag: int, replay: Any
-) -> dict[str, Any]:
-    out = dict(live)
-    out["max_consumer_lag"] = max_lag
-    out["replay"] = {"messages": replay.messages, "seconds": replay.seconds, "rate": replay.rate}
-    if offline is not None:
-        keys: tuple[str, ...] = ("cumulative", "fm_pairs_per_request", "speculation_precision")
-        keys += ("ne", "transfer_ratio_at_achieved", "eval_impressions")
-        out["offline"] = {k: offline[k] for k in keys if k in offline}
-    return out
-
-
-def _live_quality(run: Settings, bundle: Path, report: Any) -> dict[str, Any]:
-    """Live NE / TR of what the ranker served (scores topic joined to impressions)."""
-    from streams.live.quality import live_quality
-    from streams.models_loader import load_models
-
-    report("live quality: joining the ranker's scores to impressions")
-    models, _ = load_models(run, bundle)
-    return live_quality(run, models.fm)
-
-
 def solaris_cmd() -> list[str]:
     return [sys.executable, "-m", "streams.cli"]
 
@@ -143,91 +130,234 @@ def slice_traffic(path: Path, n_requests: int, out: Path) -> Path:
     return out
 
 
+@dataclass(frozen=True)
+class DemoRun:
+    """One run's isolated names: settings under a fresh topic/key prefix and the children's env."""
+
+    settings: Settings
+    env: dict[str, str]
+    groups: list[str]
+    topics: list[str]
+
+    @classmethod
+    def create(cls, settings: Settings, bundle: Path) -> DemoRun:
+        run_id = time.strftime("%Y%m%d%H%M%S")
+        env = demo_env(settings, run_id, bundle)
+        env["SOLARIS_FAUST_COMMIT_INTERVAL_S"] = "0.1"  # fast drain detection (lockstep, end)
+        run = settings.model_copy(
+            update={
+                "topic_prefix": env["SOLARIS_TOPIC_PREFIX"],
+                "key_prefix": env["SOLARIS_KEY_PREFIX"],
+                "bundle_dir": bundle,
+            }
+        )
+        groups = [f"{run.topic_prefix}-{g}" for g in ("pipeline", "fm", "ranker")]
+        return cls(run, env, groups, [run.topic(t) for t in PIPELINE_TOPICS])
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for the ranker's metrics endpoint)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_children(run: DemoRun, log_dir: Path, metrics_port: int) -> Children:
+    """Pipeline worker, FM worker and ranker, each in its own session, logging to ``log_dir``."""
+    children = Children()
+    cmd = solaris_cmd()
+    agents = "history,speculate,verify,aggregate,neighbours"
+    children.start("pipeline", [*cmd, "worker", "--agents", agents], run.env, log_dir)
+    children.start("fm", [*cmd, "worker", "--agents", "embed"], run.env, log_dir)
+    # the ranker writes scores (live quality) and serves its histogram for the report
+    ranker = [*cmd, "ranker", "--metrics-port", str(metrics_port)]
+    children.start("ranker", ranker, {**run.env, "SOLARIS_BIND_HOST": "127.0.0.1"}, log_dir)
+    return children
+
+
+class ReplayProgress:
+    """Counts the requests handed to the producer (into the timeline) and prints a progress line
+    (requests replayed, lag per group) at most every :data:`PROGRESS_EVERY_S` seconds."""
+
+    def __init__(self, total: int, timeline: Any, report: Report) -> None:
+        self.total = total
+        self.timeline = timeline
+        self.report = report
+        self._printed = time.monotonic()
+
+    def count(
+        self, events: Iterable[RequestEvent | ImpressionEvent]
+    ) -> Iterator[RequestEvent | ImpressionEvent]:
+        for ev in events:
+            if isinstance(ev, RequestEvent):
+                self.timeline.replayed += 1
+            yield ev
+
+    def tick(self, _messages: int = 0) -> None:
+        if time.monotonic() - self._printed < PROGRESS_EVERY_S:
+            return
+        self._printed = time.monotonic()
+        last = self.timeline.last
+        lag = ", ".join(
+            f"{g.rsplit('-', 1)[-1]} {n:,}" for g, n in (last.lag if last else {}).items()
+        )
+        ranked = f", ranked {last.requests:,}" if last else ""
+        self.report(
+            f"replayed {self.timeline.replayed:,} / {self.total:,} requests{ranked}; "
+            f"lag {lag or 'not sampled yet'}"
+        )
+
+
+def replay(
+    run: DemoRun,
+    traffic: Path,
+    speed: float,
+    children: Children,
+    timeline: Any,
+    total: int,
+    report: Report,
+) -> Any:
+    """Replay ``traffic`` timed (``speed`` > 0) or in lockstep (0); returns the ReplayStats."""
+    from models.data.traffic import read_traffic
+    from streams.lag import LagReader
+    from streams.replay import replay_events
+
+    progress = ReplayProgress(total, timeline, report)
+    lag = LagReader(run.settings)
+
+    def lockstep() -> None:
+        children.check()
+        progress.tick()
+        if not lag.wait_drained(run.groups, run.topics, timeout_s=120):
+            raise TimeoutError("pipeline did not drain within 120 s")
+
+    try:
+        events = progress.count(read_traffic(traffic))
+        hook = lockstep if speed == 0 else None
+        return replay_events(run.settings, events, speed, hook, progress.tick)
+    finally:
+        lag.close()
+
+
+def drain(run: DemoRun, children: Children, report: Report, timeout_s: float = 900) -> float:
+    """Block until every group has consumed everything; returns the seconds it took."""
+    from streams.lag import LagReader
+
+    start = time.monotonic()
+    lag = LagReader(run.settings)
+    try:
+        while not lag.wait_drained(run.groups, run.topics, timeout_s=5):
+            children.check()
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"pipeline did not drain within {timeout_s:.0f} s")
+    finally:
+        lag.close()
+    return time.monotonic() - start
+
+
+def scrape_read_latency(port: int, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The ranker's ``solaris_read_seconds`` histogram from its metrics endpoint: cumulative
+    bucket counts ``[[le_seconds, count], ...]``, ``count`` and ``sum``; empty when unreachable."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, Any] = {"buckets": []}
+    for family in text_string_to_metric_families(text):
+        if family.name != "solaris_read_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                out["buckets"].append([float(sample.labels["le"]), sample.value])
+            elif sample.name.endswith("_count"):
+                out["count"] = sample.value
+            elif sample.name.endswith("_sum"):
+                out["sum"] = sample.value
+    out["buckets"].sort()
+    return out
+
+
+def summary_json(
+    live: dict[str, Any], offline: dict[str, Any] | None, max_lag: int, replay: Any
+) -> dict[str, Any]:
+    out = dict(live)
+    out["max_consumer_lag"] = max_lag
+    out["replay"] = {
+        "messages": replay.messages,
+        "requests": replay.requests,
+        "seconds": replay.seconds,
+        "rate": replay.rate,
+    }
+    if offline is not None:
+        keys: tuple[str, ...] = ("cumulative", "fm_pairs_per_request", "speculation_precision")
+        keys += ("ne", "transfer_ratio_at_achieved", "eval_impressions")
+        out["offline"] = {k: offline[k] for k in keys if k in offline}
+    return out
+
+
+def _live_quality(run: Settings, bundle: Path, report: Report) -> dict[str, Any]:
+    """Live NE / TR of what the ranker served (scores topic joined to impressions)."""
+    from streams.live.quality import live_quality
+    from streams.models_loader import load_models
+
+    report("live quality: joining the ranker's scores to impressions")
+    models, _ = load_models(run, bundle)
+    return live_quality(run, models.fm)
+
+
 def run_demo(
     settings: Settings,
     traffic: Path,
     bundle: Path,
     log_dir: Path,
     speed: float,
-    report: Any,
+    report: Report,
     offline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`).
+    """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`;
+    plus ``timeline``, ``read_latency``, ``drain_seconds``, ``mode``, ``speed``).
 
     ``speed`` 0 = lockstep (the pipeline drains before each request: live coverage equals the
-    simulator's); N > 0 = N event-time seconds per wall second (measures what the pipeline keeps
-    up with; at high compression the ranker runs ahead of the pipeline and coverage drops).
-    ``report(msg)`` receives progress lines. Infra must be up; topics are created under a fresh
-    prefix, so each run starts from empty topics, groups and keys.
+    simulator's); N > 0 = N event-time seconds per wall second, the way traffic really arrives
+    (the ranker reads while the pipeline works; see the README for the speed the pipeline holds).
+    ``report(msg)`` receives progress lines. Topics are created under a fresh prefix, so each run
+    starts from empty topics, groups and keys.
     """
     from models.data.traffic import load_requests
-    from streams.lag import LagReader
-    from streams.lag_sampler import LagSampler
     from streams.live.report import live_summary
-    from streams.replay import replay_file
+    from streams.report_html.timeline import Timeline
     from streams.topics import create_topics
 
-    run_id = time.strftime("%Y%m%d%H%M%S")
-    env = demo_env(settings, run_id, bundle)
-    env["SOLARIS_FAUST_COMMIT_INTERVAL_S"] = "0.1"  # fast drain detection between requests
-    run = settings.model_copy(
-        update={
-            "topic_prefix": env["SOLARIS_TOPIC_PREFIX"],
-            "key_prefix": env["SOLARIS_KEY_PREFIX"],
-            "bundle_dir": bundle,
-        }
-    )
-    create_topics(run)
-    requests = load_requests(traffic)
-    children = Children()
+    run = DemoRun.create(settings, bundle)
+    create_topics(run.settings)
+    total = len(load_requests(traffic).event_time_ms)
     log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = solaris_cmd()
-    topics = [
-        run.topic(t) for t in ("requests", "impressions", "speculated", "verified", "embeddings")
-    ]
+    port = free_port()
+    report(f"starting workers and ranker (logs in {log_dir})")
+    children = start_children(run, log_dir, port)
     try:
-        report(f"starting workers and ranker (logs in {log_dir})")
-        children.start(
-            "pipeline",
-            [*cmd, "worker", "--agents", "history,speculate,verify,aggregate,neighbours"],
-            env,
-            log_dir,
-        )
-        children.start("fm", [*cmd, "worker", "--agents", "embed"], env, log_dir)
-        children.start("ranker", [*cmd, "ranker"], env, log_dir)  # scores: live quality
-        groups = [f"{run.topic_prefix}-{g}" for g in ("pipeline", "fm", "ranker")]
-        wait_for_groups(run, groups)
+        wait_for_groups(run.settings, run.groups)
         children.check()
-        lag = LagReader(run)
-        mode = "in lockstep" if speed == 0 else f"at {speed:,.0f}x"
-        report(f"replaying {len(requests):,} requests {mode}")
-        done = {"n": 0}
-
-        def lockstep() -> None:
-            children.check()
-            done["n"] += 1
-            if done["n"] % 100 == 0:
-                report(f"{done['n']:,} / {len(requests):,} requests")
-            if not lag.wait_drained(groups, topics, timeout_s=120):
-                raise TimeoutError("pipeline did not drain within 120 s")
-
-        try:
-            with LagSampler(run) as sampler:
-                stats = replay_file(run, traffic, speed, lockstep if speed == 0 else None)
-                report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
-                deadline = time.monotonic() + 900
-                while not lag.wait_drained(groups, topics, timeout_s=5):
-                    children.check()
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("pipeline did not drain within 15 min")
-        finally:
-            lag.close()
-        time.sleep(1.5)  # workers flush shared counters every second; the ranker on exit
+        mode = "in lockstep" if speed == 0 else f"timed at {speed:,.0f}x"
+        report(f"replaying {total:,} requests {mode}")
+        with Timeline(run.settings, run.groups, run.topics) as timeline:
+            stats = replay(run, traffic, speed, children, timeline, total, report)
+            report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
+            drained_s = drain(run, children, report)
+        time.sleep(1.5)  # workers flush shared counters every second
+        latency = scrape_read_latency(port)
     finally:
         children.stop()
-    live = live_summary(run)
-    live["quality"] = _live_quality(run, bundle, report)
-    out = summary_json(live, offline, sampler.max_lag, stats)
-    out["lag_series"] = sampler.series
-    out["mode"] = "lockstep" if speed == 0 else f"speed {speed:g}"
+    out = summary_json(live_summary(run.settings), offline, timeline.max_lag, stats)
+    out["quality"] = _live_quality(run.settings, bundle, report)
+    out.update(
+        timeline=timeline.as_json(),
+        read_latency=latency,
+        drain_seconds=drained_s,
+        speed=speed,
+        mode="lockstep" if speed == 0 else f"timed, speed {speed:g}",
+    )
     return out

@@ -5,23 +5,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from models.data.log_spec import LogLayout, TimeUnit
-from streams.cli.log_opts import (
-    ColumnsOpt,
-    LabelThresholdOpt,
-    LogFormatOpt,
-    TimeUnitOpt,
-    log_spec_or_exit,
-)
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.settings import Settings
 
 console = Console()
+#: event-time seconds per wall second of the default timed replay: the pipeline holds it on this
+#: 2-core machine with flat lag (README "The two commands" has the measurements)
+DEFAULT_SPEED = 1000.0
+DEFAULT_REQUESTS = 5000
 
 
 def demo(
@@ -30,111 +26,157 @@ def demo(
     data_dir: DataDirOpt = None,
     requests: Annotated[
         int, typer.Option("--requests", min=10, help="Replay the last N requests of the traffic.")
-    ] = 600,
+    ] = DEFAULT_REQUESTS,
     speed: Annotated[
         float,
         typer.Option(
-            "--speed",
-            min=0,
-            help="0 = lockstep (live equals the simulator); N = event-time seconds per wall second.",
+            "--speed", min=1, help="Timed replay: event-time seconds played per wall second."
         ),
-    ] = 0.0,
+    ] = DEFAULT_SPEED,
+    lockstep: Annotated[
+        bool,
+        typer.Option(
+            "--lockstep",
+            help="Drain the pipeline before each request instead of a timed replay (slow; "
+            "live coverage then equals the simulator's exactly).",
+        ),
+    ] = False,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the summary here.")
+    ] = None,
+    html_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write the HTML report here (default: next to --json, else out/)."
+        ),
     ] = None,
     compare: Annotated[
         bool,
         typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline."),
     ] = True,
-    log_columns: ColumnsOpt = None,
-    time_unit: TimeUnitOpt = TimeUnit.s,
-    label_threshold: LabelThresholdOpt = None,
-    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop.
 
     Models are trained on the whole traffic (cached); the last ``--requests`` requests are
-    replayed live. In lockstep every request waits until the pipeline has drained, so the live
-    coverage is what the engine achieves when the FM keeps up with users (as in real time); with
-    ``--speed N`` the replay is compressed and the ranker may run ahead of the pipeline.
+    replayed live, timed (``--speed`` event-time seconds per wall second) as traffic arrives in
+    production, or with ``--lockstep``. Prints the live table next to the offline simulator's
+    numbers on the same requests and writes a self-contained HTML report with its plots.
     """
-    from models.bundle import ensure_bundle
-    from models.config import TrainConfig
-    from streams import infra
-    from streams.demo import run_demo, slice_traffic
-    from streams.live.report import coverage_table
-    from streams.simulate.served_tiers import served_source
+    from streams.demo import run_demo
 
     settings = Settings()
-    name = dataset.value if dataset else None
-    spec = log_spec_or_exit(name, log_columns, time_unit, label_threshold, log_format, console)
-    started_here: list[str] = []
     t0 = time.perf_counter()
+    started_here = _start_infra(settings)
     try:
-        for service in infra.SERVICES:
-            if not infra.status(service, settings).healthy:
-                console.log(f"starting {service}")
-                if infra.run_script(service, "start", settings, capture=True).returncode != 0:
-                    console.print(
-                        f"[red]{service} failed to start (see `solaris infra status`)[/red]"
-                    )
-                    raise typer.Exit(1)
-                started_here.append(service)
-        if traffic is None and dataset is None:
-            from streams.cli.train_cmd import Dataset
-
-            dataset = Dataset.synthetic
-        path = _resolve_traffic(dataset, traffic, data_dir, settings, spec)
-        console.log(f"traffic: {path}")
-        with console.status("models (trained once per traffic, then cached)") as status:
-            # One seed: the demo needs a working model, not the evaluation's error bars.
-            bundle = ensure_bundle(
-                path,
-                TrainConfig.from_settings(settings, seeds=1),
-                settings.model_dir,
-                lambda msg: status.update(f"training: {msg}"),
-                served_source(path, settings),
-            )
-        console.log(f"models: {bundle}")
-        replayed = slice_traffic(
-            path, requests, settings.cache_dir / "traffic" / f"{path.stem}-last{requests}.avro"
-        )
-        offline = None
-        if compare:
-            from models.data.traffic import read_traffic
-            from streams.models_loader import load_models
-            from streams.simulate.config import sim_config_from_settings
-            from streams.simulate.run import simulate
-
-            with console.status("offline simulation of the replayed slice"):
-                models, _ = load_models(settings, bundle)
-                offline = simulate(
-                    lambda: read_traffic(replayed),
-                    sim_config_from_settings(
-                        settings,
-                        models.fm.dim,
-                        test_start_ms=_first_request_ms(replayed),  # NE on every impression
-                        model_version=models.fm.model_version,
-                    ),
-                    models,
-                    with_random=False,
-                )
+        path = _traffic_path(dataset, traffic, data_dir, settings)
+        bundle = _models(path, settings)
+        replayed = _slice(path, requests, settings)
+        offline = _offline(settings, bundle, replayed) if compare else None
         log_dir = settings.cache_dir / "run" / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
-        summary = run_demo(settings, replayed, bundle, log_dir, speed, console.log, offline)
+        run_speed = 0.0 if lockstep else speed
+        summary = run_demo(settings, replayed, bundle, log_dir, run_speed, console.log, offline)
     finally:
-        for service in reversed(started_here):
-            infra.run_script(service, "stop", settings, capture=True)
+        _stop_infra(settings, started_here)
     summary["wall_seconds"] = time.perf_counter() - t0
     summary["traffic"] = str(replayed)
+    _print_results(settings, summary)
+    _write_outputs(summary, json_path, html_path, path.stem.split("-")[0])
+
+
+def _start_infra(settings: Settings) -> list[str]:
+    """Start Kafka and Redis where they are not running; returns what this run started."""
+    from streams import infra
+
+    started: list[str] = []
+    for service in infra.SERVICES:
+        if infra.status(service, settings).healthy:
+            continue
+        console.log(f"starting {service}")
+        if infra.run_script(service, "start", settings, capture=True).returncode != 0:
+            console.print(f"[red]{service} failed to start (see `solaris infra status`)[/red]")
+            _stop_infra(settings, started)
+            raise typer.Exit(1)
+        started.append(service)
+    return started
+
+
+def _stop_infra(settings: Settings, started: list[str]) -> None:
+    from streams import infra
+
+    for service in reversed(started):
+        infra.run_script(service, "stop", settings, capture=True)
+
+
+def _traffic_path(
+    dataset: Any, traffic: Path | None, data_dir: Path | None, settings: Settings
+) -> Path:
+    if traffic is None and dataset is None:
+        from streams.cli.train_cmd import Dataset
+
+        dataset = Dataset.synthetic
+    path = _resolve_traffic(dataset, traffic, data_dir, settings)
+    console.log(f"traffic: {path}")
+    return path
+
+
+def _models(path: Path, settings: Settings) -> Path:
+    from models.bundle import ensure_bundle
+    from models.config import TrainConfig
+    from streams.simulate.served_tiers import served_source
+
+    with console.status("models (trained once per traffic, then cached)") as status:
+        # One seed: the demo needs a working model, not the evaluation's error bars.
+        bundle = ensure_bundle(
+            path,
+            TrainConfig.from_settings(settings, seeds=1),
+            settings.model_dir,
+            lambda msg: status.update(f"training: {msg}"),
+            served_source(path, settings),
+        )
+    console.log(f"models: {bundle}")
+    return bundle
+
+
+def _slice(path: Path, requests: int, settings: Settings) -> Path:
+    from streams.demo import slice_traffic
+
+    out = settings.cache_dir / "traffic" / f"{path.stem}-last{requests}.avro"
+    return slice_traffic(path, requests, out)
+
+
+def _offline(settings: Settings, bundle: Path, replayed: Path) -> dict[str, Any]:
+    """The simulator on the replayed slice, configured like the live pipeline."""
+    from models.data.traffic import read_traffic
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from streams.simulate.run import simulate
+
+    with console.status("offline simulation of the replayed slice"):
+        models, _ = load_models(settings, bundle)
+        config = sim_config_from_settings(
+            settings,
+            models.fm.dim,
+            test_start_ms=_first_request_ms(replayed),  # NE on every impression
+            model_version=models.fm.model_version,
+        )
+        return simulate(lambda: read_traffic(replayed), config, models, with_random=False)
+
+
+def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
+    from streams.live.report import coverage_table
+
     console.print(coverage_table(settings, summary, summary["max_consumer_lag"]))
+    offline = summary.get("offline")
     if offline is not None:
-        c = offline["cumulative"]
+        c, live = offline["cumulative"], summary["cumulative"]
         console.print(
             f"offline simulator, same requests: exact {c['exact']:.3f}, +aggregate "
             f"{c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
             f"+neighbours' aggregates {c['with_neighbours']:.3f}, "
             f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
         )
+        gaps = ", ".join(f"{k} {live[k] - c[k]:+.3f}" for k in c)
+        console.print(f"live - offline coverage: {gaps}")
         if "ne" in offline:
             ne = offline["ne"]
             console.print(
@@ -142,10 +184,41 @@ def demo(
                 f"as served {ne['vm_solaris_achieved']['ne']:.4f}, fm {ne['fm']['ne']:.4f}, "
                 f"transfer ratio {offline['transfer_ratio_at_achieved']:.3f}"
             )
-    console.print(f"demo ({summary['mode']}) finished in {summary['wall_seconds']:.0f} s")
+    replay = summary["replay"]
+    console.print(
+        f"demo ({summary['mode']}): {replay['requests']:,} requests replayed in "
+        f"{replay['seconds']:.0f} s ({replay['rate']:,.0f} messages/s), drained in "
+        f"{summary['drain_seconds']:.0f} s, max lag {summary['max_consumer_lag']:,}; "
+        f"finished in {summary['wall_seconds']:.0f} s"
+    )
+
+
+def _write_outputs(
+    summary: dict[str, Any], json_path: Path | None, html_path: Path | None, name: str
+) -> None:
+    """The HTML report (and a screenshot of it when Chromium is installed), then the JSON."""
+    from streams.report_html.browser import ReportError, find_chromium, screenshot
+    from streams.report_html.page import write_report
+
+    if html_path is None:
+        html_path = (
+            json_path.with_suffix(".html") if json_path else Path("out") / f"demo-{name}.html"
+        )
+    report = write_report(summary, html_path)
+    summary["report_html"] = str(report)
+    console.print(f"report: {report}")
+    browser = find_chromium()
+    if browser is not None:
+        try:
+            shot = screenshot(browser, report, report.with_suffix(".png"), (1280, 1500))
+            summary["report_screenshot"] = str(shot)
+            console.print(f"report screenshot: {shot}")
+        except ReportError as exc:
+            console.print(f"[yellow]no screenshot: {exc}[/yellow]")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(summary, indent=2, default=float))
+        console.print(f"summary: {json_path.resolve()}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,10 @@
 """The demo report as one self-contained HTML file: a summary table and the figures of
 :mod:`.plots` as inline base64 PNGs (no network, no side files: it can be mailed or archived).
 
-A small inline script writes each figure's decoded and laid-out size into ``data-*`` attributes
-once the page has loaded, so a headless browser's DOM dump shows whether every plot rendered
-(see :mod:`.browser`); the page reads the same without JavaScript.
+A small inline script writes, once the page has loaded, each figure's natural and laid-out size
+and its share of drawn (non-white, opaque) pixels into ``data-*`` attributes, so a headless
+browser's DOM dump shows whether every plot really rendered (see :mod:`.browser`); the page
+reads the same without JavaScript.
 """
 
 from __future__ import annotations
@@ -32,11 +33,26 @@ figcaption { color: #444; font-size: 0.92em; margin-top: 4px; }
 
 #: records each figure's decoded (natural) and laid-out size for headless checks
 SIZE_PROBE = """
+function inkShare(img) {
+  var canvas = document.createElement("canvas");
+  canvas.width = img.naturalWidth;
+  canvas.height = img.naturalHeight;
+  if (!canvas.width || !canvas.height) { return 0; }
+  var ctx = canvas.getContext("2d");
+  ctx.drawImage(img, 0, 0);
+  var px = ctx.getImageData(0, 0, canvas.width, canvas.height).data, ink = 0;
+  for (var i = 0; i < px.length; i += 4) {
+    if (px[i + 3] > 0 && (px[i] < 235 || px[i + 1] < 235 || px[i + 2] < 235)) { ink++; }
+  }
+  return ink / (px.length / 4);
+}
 window.addEventListener("load", function () {
   document.querySelectorAll("figure img").forEach(function (img) {
     var box = img.getBoundingClientRect();
     img.dataset.natural = img.naturalWidth + "x" + img.naturalHeight;
     img.dataset.rendered = Math.round(box.width) + "x" + Math.round(box.height);
+    try { img.dataset.ink = inkShare(img).toFixed(4); }
+    catch (e) { img.dataset.ink = "error " + e.name; }
   });
   document.body.dataset.probed = "yes";
 });

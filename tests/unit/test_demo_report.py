@@ -1,0 +1,127 @@
+"""The demo report from a summary dict (no services): one self-contained page, every figure a
+decodable PNG of real size, figures that still render (with a note) when the run recorded less;
+the sweep plot's default path."""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="matplotlib comes with the train extra")
+
+from store.tiers import TIER_NAMES
+from streams.report_html.page import render, write_report
+from streams.report_html.plots import FIGURES, _intervals
+
+CUM = {"exact": 0.4, "with_aggregate": 0.7, "with_neighbour_item": 0.8, "with_neighbours": 0.9}
+
+
+def _sample(t: float, requests: int, lag: int) -> dict[str, Any]:
+    weights = (0.4, 0.3, 0.1, 0.1, 0.1)
+    return {
+        "t_s": t,
+        "replayed": requests,
+        "lag": {"solaris-x-pipeline": lag, "solaris-x-fm": lag // 2, "solaris-x-ranker": 0},
+        "requests": requests,
+        "lookups": {n: int(requests * 50 * w) for n, w in zip(TIER_NAMES, weights, strict=True)},
+        "embedded": requests * 12,
+    }
+
+
+def full_summary() -> dict[str, Any]:
+    return {
+        "requests": 4000,
+        "cumulative": CUM,
+        "fm_pairs_per_request": 12.0,
+        "speculation_precision": 0.3,
+        "dead_letters": {},
+        "read_ms": {"p50": 0.8, "p99": 2.1},
+        "max_consumer_lag": 90,
+        "replay": {"messages": 30000, "requests": 4000, "seconds": 92.0, "rate": 326.0},
+        "mode": "timed, speed 1000",
+        # requests published every 200: samples with no new requests must be skipped
+        "timeline": [_sample(i, (i * 80) // 200 * 200, i % 9 * 10) for i in range(51)],
+        "offline": {"cumulative": CUM, "fm_pairs_per_request": 12.3, "speculation_precision": 0.31},
+        "read_latency": {
+            "buckets": [[0.001, 3000.0], [0.002, 3900.0], [0.005, 4000.0], [float("inf"), 4000.0]]
+        },
+        "quality": {
+            "ne": {"vm": 0.82, "vm_solaris_served": 0.81, "fm": 0.78},
+            "ne_ci": {"vm": [0.81, 0.83], "vm_solaris_served": [0.8, 0.82], "fm": [0.77, 0.79]},
+            "transfer_ratio": 0.25,
+            "transfer_ratio_ci": [0.1, 0.4],
+            "impressions": 24000,
+        },
+    }
+
+
+def png_sizes(page: str) -> list[tuple[int, int]]:
+    """Width and height (from the IHDR chunk) of every inline PNG image of ``page``."""
+    sizes = []
+    for data in re.findall(r'<img [^>]*src="data:image/png;base64,([^"]+)"', page):
+        raw = base64.b64decode(data)
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+        sizes.append(struct.unpack(">II", raw[16:24]))
+    return sizes
+
+
+def test_report_is_one_self_contained_page_with_every_figure(tmp_path: Path) -> None:
+    path = write_report(full_summary(), tmp_path / "sub" / "report.html")
+    page = path.read_text()
+    assert path.is_absolute()
+    sizes = png_sizes(page)
+    assert len(sizes) == len(FIGURES) == 6
+    assert all(w >= 300 and h >= 150 for w, h in sizes)
+    for anchor, caption, _ in FIGURES:
+        assert f'id="{anchor}"' in page and caption in page
+    # nothing fetched from elsewhere: no external src/href, no stylesheet or script links
+    assert not re.search(r'(src|href)="(?!data:)', page)
+    assert "0.400" in page and "12.30" in page  # live and offline columns of the table
+
+
+def test_figures_render_with_a_note_when_the_run_recorded_less() -> None:
+    bare = {"requests": 0, "cumulative": CUM, "fm_pairs_per_request": 0.0}
+    bare["speculation_precision"] = 0.0
+    page = render(bare)
+    assert len(png_sizes(page)) == len(FIGURES)
+
+
+def test_intervals_skip_samples_without_new_requests() -> None:
+    samples = [_sample(0, 0, 0), _sample(1, 0, 0), _sample(2, 200, 0), _sample(3, 200, 0)]
+    samples.append(_sample(4, 400, 0))
+    pairs = _intervals(samples)
+    assert [(a["t_s"], b["t_s"]) for a, b in pairs] == [(0, 2), (2, 4)]
+
+
+def test_sweep_png_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.cli.simulate_cmd import sweep_png_path
+
+    monkeypatch.chdir(tmp_path)
+    assert sweep_png_path(None, None, "synthetic") == tmp_path / "out" / "sweep-synthetic.png"
+    assert (tmp_path / "out").is_dir()
+    assert sweep_png_path(None, Path("r/x.json"), "d") == tmp_path / "r" / "x.png"
+    assert sweep_png_path(Path("p.png"), Path("r/x.json"), "d") == tmp_path / "p.png"
+
+
+def test_sweep_plot_writes_a_png_at_the_default_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streams.cli.simulate_cmd import sweep_png_path
+    from streams.simulate.sweep import plot
+
+    monkeypatch.chdir(tmp_path)
+    cov = {"exact": 0.3, "with_aggregate": 0.5}
+    rows = [
+        {"ttl_ms": 3_600_000, "selector": s, "fm_pairs_per_request": x, "cumulative": cov}
+        | {"labelled": cov}
+        for s in ("speculative", "random")
+        for x in (1.0, 2.0)
+    ]
+    result = {"rows": rows, "oracle": {"3600000": {"cumulative": cov, "labelled": cov}}}
+    out = plot(result, sweep_png_path(None, None, "tiny"), "tiny")
+    assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
