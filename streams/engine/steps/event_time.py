@@ -10,6 +10,7 @@ must not look like a future event; live, the high-water mark follows the wall cl
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 FUTURE_EVENT_TIME = "future_event_time"
@@ -17,12 +18,13 @@ FUTURE_EVENT_TIME = "future_event_time"
 
 @dataclass(slots=True)
 class EventClock:
-    """Per partition: the newest accepted event time (the driver keeps one per process)."""
+    """Per partition (any key: the live driver uses (topic, partition)): the newest accepted
+    event time. The driver keeps one per process."""
 
     max_future_ms: int
-    high_water_ms: dict[int, int] = field(default_factory=dict)
+    high_water_ms: dict[Hashable, int] = field(default_factory=dict)
 
-    def admit(self, partition: int, event_time_ms: int, wall_ms: int) -> bool:
+    def admit(self, partition: Hashable, event_time_ms: int, wall_ms: int) -> bool:
         """True (and the mark advanced) when ``event_time_ms`` is not too far ahead."""
         mark = self.high_water_ms.get(partition)
         limit = wall_ms if mark is None else max(mark, wall_ms)

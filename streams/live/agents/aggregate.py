@@ -26,7 +26,7 @@ def register(ctx: AgentContext) -> None:
         states: dict[int, tuple[Any, AggregateState]] = {}  # user -> (last event, state)
         latest: dict[int, UserAggregate] = {}
         for event in events:
-            rec = await ctx.decoded(event, EmbeddingBatch)
+            rec = await ctx.admitted(event, EmbeddingBatch)
             if rec is None:
                 continue
             async with ctx.processing(event):

@@ -84,12 +84,14 @@ class AgentContext:
         return rec
 
     async def admitted(self, event: Any, expect: type[T]) -> T | None:
-        """Like :meth:`decoded`, and refuses events dated too far ahead (entry topics)."""
+        """Like :meth:`decoded`, and refuses events dated too far ahead (every input topic:
+        an internal message dated past the broker's own limit would make the agent's sends fail)."""
         rec = await self.decoded(event, expect)
         if rec is None:
             return None
         t = int(rec.event_time_ms)  # type: ignore[attr-defined]
-        if self.clock.admit(event.message.partition, t, int(time.time() * 1000)):
+        where = (event.message.topic, event.message.partition)
+        if self.clock.admit(where, t, int(time.time() * 1000)):
             return rec
         error = f"event time {t} is more than {self.clock.max_future_ms} ms ahead"
         await self.dead(

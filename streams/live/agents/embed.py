@@ -74,7 +74,7 @@ def register(ctx: AgentContext) -> None:
         async for events in stream.take_events(settings.embed_batch_size, within=wait_s):  # type: ignore[attr-defined]
             items: list[EmbedInput[Any]] = []
             for event in events:
-                rec = await ctx.decoded(event, ProposalBatch)
+                rec = await ctx.admitted(event, ProposalBatch)
                 if rec is None:
                     continue
                 async with ctx.processing(event):  # invalid input: that message only

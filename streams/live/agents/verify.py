@@ -40,7 +40,7 @@ class VerifyAgent:
         decoded: Decoded = []
         state: UserState = {}
         for event in events:
-            b = await self.ctx.decoded(event, ProposalBatch)
+            b = await self.ctx.admitted(event, ProposalBatch)
             if b is None:
                 continue
             async with self.ctx.processing(event):  # state read in the event's partition
