@@ -61,8 +61,22 @@ BENCHES: dict[str, Spec] = {
         ("target ev/s", "achieved ev/s", "lag slope /s", "max lag", "kept up"),
         "Live pipeline: paced replay, lag sampled every second",
     ),
+    "scale-out": Spec(
+        "bench.scale_out",
+        "run_scale_out",
+        "scale_out_table",
+        (
+            "pipeline + FM workers",
+            "events",
+            "replay s",
+            "first send to lag 0 s",
+            "events/s",
+            "pairs per worker (verified / embedded)",
+        ),
+        "1 + 1 vs 2 + 2 workers on 4 partitions, timed replay until lag 0",
+    ),
 }
-ORDER = ("store", "serve", "fm", "pipeline")
+ORDER = ("store", "serve", "fm", "pipeline", "scale-out")
 
 
 def run_bench(name: str, settings: Settings, smoke: bool, json_path: Path | None) -> BenchResult:

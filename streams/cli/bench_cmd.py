@@ -1,4 +1,4 @@
-"""``solaris bench serve|fm|store|pipeline|all``: benchmarks as side-by-side ratios (``bench/``).
+"""``solaris bench serve|fm|store|pipeline|scale-out|all``: benchmarks as side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
@@ -57,6 +57,12 @@ def store(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 def pipeline(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """Sustained events/s of the live pipeline with bounded lag, and the producer's max rate."""
     _one("pipeline", json_path, smoke)
+
+
+@app.command("scale-out")
+def scale_out(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """Events/s of 1 pipeline + 1 FM worker vs 2 + 2 on 4 partitions (timed replay to lag 0)."""
+    _one("scale-out", json_path, smoke)
 
 
 @app.command("all")

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from bench.live import scrape
+from bench.scale_out import recovered
 from streams.lag import LagReader
 from streams.settings import Settings
 from tests.conftest import require_kafka_and_redis
@@ -52,7 +53,7 @@ WORKERS = {
 SPLIT_TOPIC = {"pipeline": "requests", "fm": "verified"}
 PIPELINE_COUNTERS = ("solaris_verified_pairs_total", "solaris_aggregates_written_total")
 FM_COUNTER = "solaris_pairs_embedded_total"
-Assignment = dict[str, frozenset[int]]  # member id -> partitions of the group's SPLIT_TOPIC
+Assignment = dict[str, frozenset[int]]  #: member id -> partitions of the group's SPLIT_TOPIC
 
 
 def assignment(reader: LagReader, settings: Settings, suffix: str) -> Assignment:
@@ -91,7 +92,10 @@ def start_workers(procs: FaultProcs, data_root: Path) -> dict[str, int]:
             roles,
             "--metrics-port",
             str(ports[name]),
-            env={"SOLARIS_CACHE_DIR": str(data_root / name)},  # own Faust / RocksDB data dir
+            env={
+                "SOLARIS_CACHE_DIR": str(data_root / name),  # own Faust / RocksDB data dir
+                "SOLARIS_LOG_LEVEL": "INFO",  # the rebalance lines `recovered` reads
+            },
         )
     return ports
 
@@ -115,11 +119,12 @@ def scale_run(
         ports = start_workers(procs, root)
 
         def both_split() -> bool:
+            """Each group split in two and every worker recovered (see bench.scale_out)."""
             procs.alive()
             return all(
                 split_in_two(assignment(reader, settings, g), settings.topic_partitions)
                 for g in SPLIT_TOPIC
-            )
+            ) and all(recovered(procs.log(name)) for name in WORKERS)
 
         join_s = wait_for("2 + 2 workers to own partitions", both_split, timeout_s=180)
         before = {g: assignment(reader, settings, g) for g in SPLIT_TOPIC}
