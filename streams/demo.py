@@ -191,6 +191,7 @@ class ReplayProgress:
         for ev in events:
             if isinstance(ev, RequestEvent):
                 self.timeline.replayed += 1
+                self.timeline.replayed_event_ms = ev.event_time_ms
             yield ev
 
     def tick(self, _messages: int = 0) -> None:
@@ -202,9 +203,11 @@ class ReplayProgress:
             f"{g.rsplit('-', 1)[-1]} {n:,}" for g, n in (last.lag if last else {}).items()
         )
         ranked = f", ranked {last.requests:,}" if last else ""
+        behind = last.behind_ms if last else None
+        fm = f"; FM {behind / 1000:,.0f} s behind in event time" if behind is not None else ""
         self.report(
             f"replayed {self.timeline.replayed:,} / {self.total:,} requests{ranked}; "
-            f"lag {lag or 'not sampled yet'}"
+            f"lag {lag or 'not sampled yet'}{fm}"
         )
 
 
@@ -298,6 +301,20 @@ def summary_json(
     return out
 
 
+def behind_summary(behind_ms: list[int]) -> dict[str, float]:
+    """p50 / p90 / max of the FM's event-time latency during the replay, in seconds."""
+    import numpy as np
+
+    if not behind_ms:
+        return {}
+    arr = np.asarray(behind_ms, np.float64) / 1000.0
+    return {
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "max": float(arr.max()),
+    }
+
+
 def _live_quality(run: Settings, bundle: Path, report: Report) -> dict[str, Any]:
     """Live NE / TR of what the ranker served (scores topic joined to impressions)."""
     from streams.live.quality import live_quality
@@ -355,6 +372,7 @@ def run_demo(
     out["quality"] = _live_quality(run.settings, bundle, report)
     out.update(
         timeline=timeline.as_json(),
+        pipeline_behind_s=behind_summary(timeline.behind_ms(until_s=stats.seconds)),
         read_latency=latency,
         drain_seconds=drained_s,
         speed=speed,

@@ -75,6 +75,8 @@ def demo(
         log_dir = settings.cache_dir / "run" / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
         run_speed = 0.0 if lockstep else speed
         summary = run_demo(settings, replayed, bundle, log_dir, run_speed, console.log, offline)
+        if compare and not lockstep:
+            _offline_at_latency(settings, bundle, replayed, summary)
     finally:
         _stop_infra(settings, started_here)
     summary["wall_seconds"] = time.perf_counter() - t0
@@ -145,45 +147,49 @@ def _slice(path: Path, requests: int, settings: Settings) -> Path:
 
 
 def _offline(settings: Settings, bundle: Path, replayed: Path) -> dict[str, Any]:
-    """The simulator on the replayed slice, configured like the live pipeline."""
-    from models.data.traffic import read_traffic
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from streams.simulate.run import simulate
+    """The lockstep simulator on the replayed slice, configured like the live pipeline."""
+    from streams.demo_offline import lockstep_offline
 
-    with console.status("offline simulation of the replayed slice"):
-        models, _ = load_models(settings, bundle)
-        config = sim_config_from_settings(
-            settings,
-            models.fm.dim,
-            test_start_ms=_first_request_ms(replayed),  # NE on every impression
-            model_version=models.fm.model_version,
+    with console.status("offline simulation of the replayed slice (cached)"):
+        return lockstep_offline(settings, bundle, replayed)
+
+
+def _offline_at_latency(
+    settings: Settings, bundle: Path, replayed: Path, summary: dict[str, Any]
+) -> None:
+    """After a timed run: the simulator with the FM latency the live run had (its median)."""
+    from streams.demo_offline import offline_at_latency
+
+    behind = summary.get("pipeline_behind_s") or {}
+    if "p50" not in behind:
+        return
+    with console.status(f"offline simulation at the live latency ({behind['p50']:.0f} s)"):
+        summary["offline_at_latency"] = offline_at_latency(
+            settings, bundle, replayed, round(behind["p50"] * 1000)
         )
-        return simulate(lambda: read_traffic(replayed), config, models, with_random=False)
 
 
 def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
     from streams.live.report import coverage_table
 
     console.print(coverage_table(settings, summary, summary["max_consumer_lag"]))
-    offline = summary.get("offline")
-    if offline is not None:
-        c, live = offline["cumulative"], summary["cumulative"]
+    for key, name in (("offline", "lockstep"), ("offline_at_latency", "at the live latency")):
+        if summary.get(key) is not None:
+            _print_offline(summary, key, name)
+    offline = summary.get("offline") or {}
+    if "ne" in offline:
+        ne = offline["ne"]
         console.print(
-            f"offline simulator, same requests: exact {c['exact']:.3f}, +aggregate "
-            f"{c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
-            f"+neighbours' aggregates {c['with_neighbours']:.3f}, "
-            f"FM pairs/request {offline['fm_pairs_per_request']:.2f}"
+            f"offline simulator, same impressions: NE vm {ne['vm']['ne']:.4f}, vm_solaris "
+            f"as served {ne['vm_solaris_achieved']['ne']:.4f}, fm {ne['fm']['ne']:.4f}, "
+            f"transfer ratio {offline['transfer_ratio_at_achieved']:.3f}"
         )
-        gaps = ", ".join(f"{k} {live[k] - c[k]:+.3f}" for k in c)
-        console.print(f"live - offline coverage: {gaps}")
-        if "ne" in offline:
-            ne = offline["ne"]
-            console.print(
-                f"offline simulator, same impressions: NE vm {ne['vm']['ne']:.4f}, vm_solaris "
-                f"as served {ne['vm_solaris_achieved']['ne']:.4f}, fm {ne['fm']['ne']:.4f}, "
-                f"transfer ratio {offline['transfer_ratio_at_achieved']:.3f}"
-            )
+    behind = summary.get("pipeline_behind_s") or {}
+    if behind:
+        console.print(
+            f"FM behind the replay in event time: p50 {behind['p50']:,.0f} s, "
+            f"p90 {behind['p90']:,.0f} s, max {behind['max']:,.0f} s"
+        )
     replay = summary["replay"]
     console.print(
         f"demo ({summary['mode']}): {replay['requests']:,} requests replayed in "
@@ -191,6 +197,20 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
         f"{summary['drain_seconds']:.0f} s, max lag {summary['max_consumer_lag']:,}; "
         f"finished in {summary['wall_seconds']:.0f} s"
     )
+
+
+def _print_offline(summary: dict[str, Any], key: str, name: str) -> None:
+    off = summary[key]
+    c, live = off["cumulative"], summary["cumulative"]
+    delay = f" ({off['delay_ms'] / 1000:,.0f} s)" if "delay_ms" in off else ""
+    console.print(
+        f"offline simulator {name}{delay}, same requests: exact {c['exact']:.3f}, "
+        f"+aggregate {c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
+        f"+neighbours' aggregates {c['with_neighbours']:.3f}, "
+        f"FM pairs/request {off['fm_pairs_per_request']:.2f}"
+    )
+    gaps = ", ".join(f"{k} {live[k] - c[k]:+.3f}" for k in c)
+    console.print(f"  live - offline {name}: {gaps}")
 
 
 def _write_outputs(
@@ -223,10 +243,3 @@ def _write_outputs(
 
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
-
-
-def _first_request_ms(traffic: Path) -> int:
-    from models.data.traffic import load_requests
-
-    times = load_requests(traffic).event_time_ms
-    return int(times.min()) if len(times) else 0

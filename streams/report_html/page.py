@@ -70,37 +70,32 @@ def png_data_uri(fig: Any, dpi: int = 100) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _rows(summary: Summary) -> list[tuple[str, str, str]]:
-    """(metric, live, offline) rows of the summary table."""
+def _rows(summary: Summary) -> list[tuple[str, ...]]:
+    """(metric, live, offline lockstep, offline at the live latency) rows of the summary table."""
     from streams.report_html.plots import CUMULATIVE
 
-    offline = summary.get("offline") or {}
-    off_cum = offline.get("cumulative") or {}
-    rows = [
-        (f"coverage {label}", f"{summary['cumulative'][key]:.3f}", _fmt(off_cum.get(key)))
+    offs = [summary.get("offline") or {}, summary.get("offline_at_latency") or {}]
+    rows: list[tuple[str, ...]] = [
+        (
+            f"coverage {label}",
+            f"{summary['cumulative'][key]:.3f}",
+            *(_fmt((o.get("cumulative") or {}).get(key)) for o in offs),
+        )
         for key, label in CUMULATIVE
     ]
-    rows.append(
-        (
-            "FM pairs per request",
-            f"{summary['fm_pairs_per_request']:.2f}",
-            _fmt(offline.get("fm_pairs_per_request"), ".2f"),
-        )
-    )
-    rows.append(
-        (
-            "speculation precision",
-            f"{summary['speculation_precision']:.3f}",
-            _fmt(offline.get("speculation_precision")),
-        )
-    )
+    for key, label, spec in (
+        ("fm_pairs_per_request", "FM pairs per request", ".2f"),
+        ("speculation_precision", "speculation precision", ".3f"),
+    ):
+        rows.append((label, format(summary[key], spec), *(_fmt(o.get(key), spec) for o in offs)))
     ms = summary.get("read_ms") or {}
-    rows.append(
-        ("read latency p50 / p99 (ms)", f"{ms.get('p50', 0):.2f} / {ms.get('p99', 0):.2f}", "")
-    )
-    rows.append(("max consumer lag (messages)", f"{summary.get('max_consumer_lag', 0):,}", ""))
-    dead = summary.get("dead_letters") or {}
-    rows.append(("dead letters", str(sum(dead.values())), ""))
+    behind = summary.get("pipeline_behind_s") or {}
+    rows += [
+        ("read latency p50 / p99 (ms)", f"{ms.get('p50', 0):.2f} / {ms.get('p99', 0):.2f}"),
+        ("max consumer lag (messages)", f"{summary.get('max_consumer_lag', 0):,}"),
+        ("FM behind the replay, p50 (event-time s)", _fmt(behind.get("p50"), ",.0f")),
+        ("dead letters", str(sum((summary.get("dead_letters") or {}).values()))),
+    ]
     return rows
 
 
@@ -127,8 +122,8 @@ def render(summary: Summary) -> str:
     from streams.report_html.plots import FIGURES
 
     table = "".join(
-        f"<tr><td>{html.escape(m)}</td><td>{html.escape(live)}</td><td>{html.escape(off)}</td></tr>"
-        for m, live, off in _rows(summary)
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*row, "", "", "")[:4]) + "</tr>"
+        for row in _rows(summary)
     )
     figures = "".join(
         f'<figure id="{anchor}"><img alt="{html.escape(caption)}" src="{png_data_uri(draw(summary))}">'
@@ -140,7 +135,8 @@ def render(summary: Summary) -> str:
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>SOLARIS demo report</title><style>{STYLE}</style></head><body>"
         f"<h1>SOLARIS demo report</h1><p class=meta>{_header(summary)} · generated {generated}</p>"
-        "<table><tr><th>metric</th><th>live</th><th>offline simulator</th></tr>"
+        "<table><tr><th>metric</th><th>live</th><th>offline, lockstep</th>"
+        "<th>offline at the live latency</th></tr>"
         f'{table}</table><div class="grid">{figures}</div>'
         f"<script>{SIZE_PROBE}</script></body></html>"
     )

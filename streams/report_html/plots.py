@@ -91,7 +91,12 @@ def lag_over_time(summary: Summary) -> Figure:
         pts = [(s["t_s"], s["lag"][group]) for s in samples if group in s["lag"]]
         ax.plot(*zip(*pts, strict=True), label=group[len(prefix) :] or group, lw=1.2)
     if groups:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
+    behind = [(s["t_s"], s["behind_ms"] / 1000) for s in samples if s.get("behind_ms") is not None]
+    if behind:
+        twin = ax.twinx()
+        twin.plot(*zip(*behind, strict=True), color="grey", ls=":", lw=1.0)
+        twin.set_ylabel("FM behind replay (event-time s, dotted)", fontsize=8)
     ax.set_xlabel("replay time (s)")
     ax.set_ylabel("consumer lag (messages)")
     ax.set_title(f"Consumer lag per group (max {summary.get('max_consumer_lag', 0):,})")

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import redis
+from confluent_kafka import KafkaException, TopicPartition
 
 from store.tiers import TIER_NAMES
 from streams.errors import StreamsError
+from streams.kafka_clients import make_consumer
 from streams.lag import LagReader
 from streams.live.stats import read_stats
 from streams.settings import Settings
@@ -32,6 +34,18 @@ class Sample:
     requests: int  #: requests the ranker had ranked (its last published count)
     lookups: dict[str, int]  #: the ranker's lookups per tier so far (cumulative)
     embedded: int  #: pairs the FM workers had embedded so far (cumulative)
+    #: event time of the newest request replayed, and of the newest embedding written (the
+    #: ``embeddings`` topic's last message); their difference is the pipeline's latency in
+    #: event time (0 = not known yet)
+    replayed_event_ms: int = 0
+    embedded_event_ms: int = 0
+
+    @property
+    def behind_ms(self) -> int | None:
+        """How far (event time) the FM's newest write trails the newest request replayed."""
+        if not self.replayed_event_ms or not self.embedded_event_ms:
+            return None
+        return max(self.replayed_event_ms - self.embedded_event_ms, 0)
 
     @property
     def max_lag(self) -> int:
@@ -48,6 +62,7 @@ class Timeline:
     topics: list[str]
     every_s: float = 1.0
     replayed: int = 0  #: set by the replaying thread (one int: no lock needed)
+    replayed_event_ms: int = 0  #: likewise: event time of the newest request replayed
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -73,10 +88,19 @@ class Timeline:
         return max((s.max_lag for s in self.samples), default=0)
 
     def as_json(self) -> list[dict[str, Any]]:
-        return [asdict(s) for s in self.samples]
+        return [{**asdict(s), "behind_ms": s.behind_ms} for s in self.samples]
+
+    def behind_ms(self, until_s: float | None = None) -> list[int]:
+        """The pipeline's event-time latency of each sample (up to ``until_s``) that has one."""
+        return [
+            b
+            for s in self.samples
+            if (until_s is None or s.t_s <= until_s) and (b := s.behind_ms) is not None
+        ]
 
     def _run(self) -> None:
         reader = LagReader(self.settings)
+        newest = NewestEventTime(self.settings, self.settings.topic("embeddings"))
         per_group: dict[str, set[str]] | None = None
         try:
             while not self._stop.is_set():
@@ -85,9 +109,13 @@ class Timeline:
                 sample = self._probe(reader, per_group) if per_group is not None else None
                 if sample is not None:
                     self.samples.append(sample)
+                    sample_newest = newest.read()
+                    if sample_newest:
+                        self.samples[-1] = replace(sample, embedded_event_ms=sample_newest)
                 self._stop.wait(self.every_s)
         finally:
             reader.close()
+            newest.close()
 
     def _assigned(self, reader: LagReader) -> dict[str, set[str]] | None:
         """The wanted topics each group consumes (the ranker reads no ``speculated``): asking a
@@ -101,6 +129,7 @@ class Timeline:
 
     def _probe(self, reader: LagReader, per_group: dict[str, set[str]]) -> Sample | None:
         t = time.monotonic() - self._start
+        replayed, replayed_ms = self.replayed, self.replayed_event_ms
         lag = dict.fromkeys(self.groups, 0)
         try:
             for group, topics in per_group.items():
@@ -112,9 +141,43 @@ class Timeline:
         ranker, pipeline = stats["ranker"], stats["pipeline"]
         return Sample(
             t_s=round(t, 3),
-            replayed=self.replayed,
+            replayed=replayed,
             lag=lag,
             requests=int(ranker.get("requests", 0.0)),
             lookups={n: int(ranker.get(f"lookups_{n}", 0.0)) for n in TIER_NAMES},
             embedded=int(pipeline.get("embedded", 0.0)),
+            replayed_event_ms=replayed_ms,
         )
+
+
+class NewestEventTime:
+    """The newest event time (Kafka message timestamp) on a topic: the last message of each
+    partition, read by an unsubscribed consumer (it joins no group and commits nothing)."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.topic = topic
+        self._consumer = make_consumer(
+            settings, "solaris-demo-newest", {"enable.auto.commit": False}
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def read(self, timeout_s: float = 1.0) -> int:
+        """Max over partitions of the last message's timestamp (0 when empty or unreadable)."""
+        try:
+            meta = self._consumer.list_topics(self.topic, timeout=timeout_s).topics[self.topic]
+            wanted = []
+            for p in meta.partitions:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=timeout_s
+                )
+                if high > low:
+                    wanted.append(TopicPartition(self.topic, p, high - 1))
+            if not wanted:
+                return 0
+            self._consumer.assign(wanted)
+            msgs = self._consumer.consume(len(wanted), timeout=timeout_s)
+        except (KafkaException, KeyError):
+            return 0
+        return max((m.timestamp()[1] for m in msgs if m.error() is None), default=0)

@@ -125,3 +125,54 @@ def test_sweep_plot_writes_a_png_at_the_default_path(
     result = {"rows": rows, "oracle": {"3600000": {"cumulative": cov, "labelled": cov}}}
     out = plot(result, sweep_png_path(None, None, "tiny"), "tiny")
     assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
+
+
+# --- the demo's latency-matched simulator (streams.demo_offline) ---------------------------
+
+
+def _latency_events() -> list[Any]:
+    from models.data.columns import iter_events
+    from models.data.synthetic import SyntheticConfig, generate
+
+    traffic = generate(
+        SyntheticConfig(n_users=40, n_items=300, days=2.0, k=20, seed=4, sessions_per_day=0.5)
+    )
+    return list(iter_events(traffic.requests, traffic.impressions))
+
+
+def _sim(delay_ms: int | None) -> Any:
+    from store.reader import ReaderConfig
+    from streams.demo_offline import LatencySimulator
+    from streams.engine.models import EngineModels
+    from streams.simulate.config import SimConfig
+    from streams.simulate.simulator import Simulator
+    from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
+
+    models = EngineModels(FakeFM(8), FakeVM(), FakeSolaris(), FakeItems(8))
+    config = SimConfig(reader=ReaderConfig(dim=8))
+    if delay_ms is None:
+        return Simulator(config, models)
+    return LatencySimulator(config, models, delay_ms)
+
+
+def test_latency_simulator_at_zero_delay_is_the_simulator() -> None:
+    events = _latency_events()
+    plain, zero = _sim(None), _sim(0)
+    plain.run(events)
+    zero.run(events)
+    assert plain.coverage.counts.tolist() == zero.coverage.counts.tolist()
+    assert plain.labelled.counts.tolist() == zero.labelled.counts.tolist()
+    assert plain.speculation.embedded == zero.speculation.embedded
+
+
+def test_latency_lowers_exact_coverage() -> None:
+    """The further the pipeline trails the reads (event time), the less exact coverage."""
+    from store.tiers import Tier
+
+    events = _latency_events()
+    exact = []
+    for delay in (0, 60_000, 3_600_000):
+        sim = _sim(delay)
+        sim.run(events)
+        exact.append(int(sim.coverage.counts[Tier.EXACT]))
+    assert exact[0] > exact[1] > exact[2] >= 0
