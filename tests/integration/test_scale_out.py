@@ -212,3 +212,30 @@ def test_values_equal_simulator_byte_for_byte(scale_run: dict[str, Any], bundle:
             f"max |d| {diff.max_abs_delta})"
         )
         assert len(want) >= 5
+
+
+def test_bench_scale_out_smoke_through_the_cli(tmp_path: Path) -> None:
+    """``solaris bench scale-out --smoke`` runs both deployments and every worker did work
+    (timings mean nothing at smoke size)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bench.common import validate_shape
+    from streams.cli.main import app
+
+    require_kafka_and_redis(Settings())
+    out = tmp_path / "scale-out.json"
+    result = CliRunner().invoke(app, ["bench", "scale-out", "--smoke", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    validate_shape(doc)
+    assert doc["bench"] == "scale-out" and doc["smoke"] is True
+    assert "two_over_one_workers" in doc["ratios"]
+    runs = doc["results"]["deployments"]
+    assert [r["workers_per_group"] for r in runs] == [1, 2]
+    for r in runs:
+        assert r["events"] > 0 and r["events_per_s"] > 0
+        assert len(r["work_per_worker"]) == 2 * r["workers_per_group"]
+        assert all(v and v > 0 for v in r["work_per_worker"].values()), r["work_per_worker"]
+    assert "| pipeline + FM workers |" in result.output
