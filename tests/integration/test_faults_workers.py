@@ -122,7 +122,7 @@ def test_fm_worker_kill9_mid_batch_redelivers_and_loses_nothing(
 
 
 @pytest.mark.xfail(
-    strict=False,  # intermittent (5 of 8 runs failed): a strict xfail fails when it passes
+    strict=False,  # intermittent (5 of 9 runs failed): a strict xfail fails when it passes
     reason="defect: around a rebalance, Faust skips some requests and still commits past them "
     "(lost: no speculated message, no dead letter, their pairs never verified). Seen with a log "
     "of the offsets the agent received: requests-3 offset 30 (a partition that did not move) "
