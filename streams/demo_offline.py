@@ -89,17 +89,9 @@ class LatencySimulator(Simulator):
 
 
 def _cache_path(settings: Settings, traffic: Path, bundle: Path, kind: str) -> Path:
-    stat = traffic.stat()
-    key = json.dumps(
-        [
-            str(traffic),
-            stat.st_size,
-            stat.st_mtime_ns,
-            str(bundle),
-            kind,
-            settings.model_dump_json(),
-        ]
-    )
+    # the traffic's content, not its mtime: `solaris demo` rewrites the same slice every run
+    content = hashlib.sha256(traffic.read_bytes()).hexdigest()
+    key = json.dumps([content, str(bundle), kind, settings.model_dump_json()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return settings.cache_dir / "run" / "demo-offline" / f"{traffic.stem}-{kind}-{digest}.json"
 
@@ -107,7 +99,8 @@ def _cache_path(settings: Settings, traffic: Path, bundle: Path, kind: str) -> P
 def cached(
     settings: Settings, traffic: Path, bundle: Path, kind: str, compute: Callable[[], Any]
 ) -> Any:
-    """``compute()``'s JSON-able result, stored once per (traffic, bundle, settings, kind)."""
+    """``compute()``'s JSON-able result, stored once per (traffic content, bundle, settings,
+    kind)."""
     path = _cache_path(settings, traffic, bundle, kind)
     if path.exists():
         return json.loads(path.read_text())

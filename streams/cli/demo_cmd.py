@@ -16,7 +16,7 @@ from streams.settings import Settings
 console = Console()
 #: event-time seconds per wall second of the default timed replay: the pipeline holds it on this
 #: 2-core machine with flat lag (README "The two commands" has the measurements)
-DEFAULT_SPEED = 1000.0
+DEFAULT_SPEED = 700.0
 DEFAULT_REQUESTS = 5000
 
 

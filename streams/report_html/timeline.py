@@ -106,12 +106,17 @@ class Timeline:
             while not self._stop.is_set():
                 if per_group is None:
                     per_group = self._assigned(reader)
+                # newest embedding first, the replay's position right after: a write that
+                # lands while the first is read can only make the latency look larger
+                embedded_ms = newest.read()
+                replayed_ms = self.replayed_event_ms
                 sample = self._probe(reader, per_group) if per_group is not None else None
                 if sample is not None:
-                    self.samples.append(sample)
-                    sample_newest = newest.read()
-                    if sample_newest:
-                        self.samples[-1] = replace(sample, embedded_event_ms=sample_newest)
+                    self.samples.append(
+                        replace(
+                            sample, embedded_event_ms=embedded_ms, replayed_event_ms=replayed_ms
+                        )
+                    )
                 self._stop.wait(self.every_s)
         finally:
             reader.close()
@@ -129,7 +134,7 @@ class Timeline:
 
     def _probe(self, reader: LagReader, per_group: dict[str, set[str]]) -> Sample | None:
         t = time.monotonic() - self._start
-        replayed, replayed_ms = self.replayed, self.replayed_event_ms
+        replayed = self.replayed
         lag = dict.fromkeys(self.groups, 0)
         try:
             for group, topics in per_group.items():
@@ -146,7 +151,6 @@ class Timeline:
             requests=int(ranker.get("requests", 0.0)),
             lookups={n: int(ranker.get(f"lookups_{n}", 0.0)) for n in TIER_NAMES},
             embedded=int(pipeline.get("embedded", 0.0)),
-            replayed_event_ms=replayed_ms,
         )
 
 
