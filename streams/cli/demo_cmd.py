@@ -20,40 +20,41 @@ DEFAULT_SPEED = 700.0
 DEFAULT_REQUESTS = 5000
 
 
+RequestsOpt = Annotated[
+    int, typer.Option("--requests", min=10, help="Replay the last N requests of the traffic.")
+]
+SpeedOpt = Annotated[
+    float,
+    typer.Option("--speed", min=1, help="Timed replay: event-time seconds played per wall second."),
+]
+LockstepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--lockstep",
+        help="Drain the pipeline before each request instead of a timed replay (slow; "
+        "live coverage then equals the simulator's exactly).",
+    ),
+]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the summary here.")]
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option("--html", help="Write the HTML report here (default: next to --json, else out/)."),
+]
+CompareOpt = Annotated[
+    bool, typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline.")
+]
+
+
 def demo(
     dataset: DatasetOpt = None,
     traffic: TrafficOpt = None,
     data_dir: DataDirOpt = None,
-    requests: Annotated[
-        int, typer.Option("--requests", min=10, help="Replay the last N requests of the traffic.")
-    ] = DEFAULT_REQUESTS,
-    speed: Annotated[
-        float,
-        typer.Option(
-            "--speed", min=1, help="Timed replay: event-time seconds played per wall second."
-        ),
-    ] = DEFAULT_SPEED,
-    lockstep: Annotated[
-        bool,
-        typer.Option(
-            "--lockstep",
-            help="Drain the pipeline before each request instead of a timed replay (slow; "
-            "live coverage then equals the simulator's exactly).",
-        ),
-    ] = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the summary here.")
-    ] = None,
-    html_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Write the HTML report here (default: next to --json, else out/)."
-        ),
-    ] = None,
-    compare: Annotated[
-        bool,
-        typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline."),
-    ] = True,
+    requests: RequestsOpt = DEFAULT_REQUESTS,
+    speed: SpeedOpt = DEFAULT_SPEED,
+    lockstep: LockstepOpt = False,
+    json_path: JsonOpt = None,
+    html_path: HtmlOpt = None,
+    compare: CompareOpt = True,
 ) -> None:
     """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop.
 

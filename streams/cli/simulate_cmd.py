@@ -20,7 +20,9 @@ from streams.cli.log_opts import (
     log_spec_or_exit,
 )
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
+from streams.engine.models import EngineModels
 from streams.settings import Settings
+from streams.simulate.config import SimConfig
 
 console = Console()
 
@@ -44,31 +46,36 @@ def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
     return path
 
 
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report here.")]
+SweepOpt = Annotated[bool, typer.Option("--sweep", help="Also run the budget x TTL grid (+ PNG).")]
+SweepTtlOpt = Annotated[
+    list[float] | None,
+    typer.Option(
+        "--sweep-ttl", help="Pair TTLs of the sweep in hours (repeatable; default 1 and 4)."
+    ),
+]
+SweepPngOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--sweep-png",
+        help="Where the sweep's coverage-vs-cost PNG goes (default: next to --json, "
+        "else out/sweep-<dataset>.png).",
+    ),
+]
+NoRandomOpt = Annotated[
+    bool, typer.Option("--no-random", help="Skip the random-selection baseline.")
+]
+
+
 def simulate(
     traffic: TrafficOpt = None,
     dataset: DatasetOpt = None,
     data_dir: DataDirOpt = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
-    sweep: Annotated[
-        bool, typer.Option("--sweep", help="Also run the budget x TTL grid (+ PNG).")
-    ] = False,
-    sweep_ttl_hours: Annotated[
-        list[float] | None,
-        typer.Option(
-            "--sweep-ttl", help="Pair TTLs of the sweep in hours (repeatable; default 1 and 4)."
-        ),
-    ] = None,
-    sweep_png: Annotated[
-        Path | None,
-        typer.Option(
-            "--sweep-png",
-            help="Where the sweep's coverage-vs-cost PNG goes (default: next to --json, "
-            "else out/sweep-<dataset>.png).",
-        ),
-    ] = None,
-    no_random: Annotated[
-        bool, typer.Option("--no-random", help="Skip the random-selection baseline.")
-    ] = False,
+    json_path: JsonOpt = None,
+    sweep: SweepOpt = False,
+    sweep_ttl_hours: SweepTtlOpt = None,
+    sweep_png: SweepPngOpt = None,
+    no_random: NoRandomOpt = False,
     log_columns: ColumnsOpt = None,
     time_unit: TimeUnitOpt = TimeUnit.s,
     label_threshold: LabelThresholdOpt = None,
@@ -108,23 +115,8 @@ def simulate(
         report["bundle"] = str(bundle)
         report["dataset"] = meta.dataset
         if sweep:
-            from streams.simulate.sweep import TTLS_MS, plot
-            from streams.simulate.sweep import sweep as run_sweep
-
-            ttls = [round(h * 3_600_000) for h in sweep_ttl_hours] if sweep_ttl_hours else TTLS_MS
-            if any(ttl <= 0 for ttl in ttls):
-                raise typer.BadParameter("--sweep-ttl must be positive hours")
-            report["sweep"] = run_sweep(
-                lambda: read_traffic(path),
-                config,
-                models,
-                ttls_ms=ttls,
-                progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
-            )
-            png = plot(
-                report["sweep"], sweep_png_path(sweep_png, json_path, meta.dataset), meta.dataset
-            )
-            report["sweep_png"] = str(png) if png else None
+            out = sweep_png_path(sweep_png, json_path, meta.dataset)
+            _sweep(report, path, config, models, sweep_ttl_hours, out, progress)
     console.print(Markdown(markdown_table(report)))
     if report.get("sweep_png"):
         console.print(f"sweep plot written to {report['sweep_png']}")
@@ -134,6 +126,35 @@ def simulate(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2, default=float))
         console.print(f"report written to {json_path}")
+
+
+def _sweep(
+    report: dict[str, Any],
+    path: Path,
+    config: SimConfig,
+    models: EngineModels,
+    ttl_hours: list[float] | None,
+    png_path: Path,
+    progress: Progress,
+) -> None:
+    """The budget x TTL grid into ``report["sweep"]``, its plot into ``report["sweep_png"]``."""
+    from models.data.traffic import read_traffic
+    from streams.simulate.sweep import TTLS_MS, plot
+    from streams.simulate.sweep import sweep as run_sweep
+
+    ttls = [round(h * 3_600_000) for h in ttl_hours] if ttl_hours else list(TTLS_MS)
+    task = progress.add_task("sweep", total=None)
+    if any(ttl <= 0 for ttl in ttls):
+        raise typer.BadParameter("--sweep-ttl must be positive hours")
+    report["sweep"] = run_sweep(
+        lambda: read_traffic(path),
+        config,
+        models,
+        ttls_ms=ttls,
+        progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
+    )
+    png = plot(report["sweep"], png_path, report["dataset"])
+    report["sweep_png"] = str(png) if png else None
 
 
 def sweep_png_path(explicit: Path | None, json_path: Path | None, dataset: str) -> Path:

@@ -95,3 +95,34 @@ def test_demo_report_renders_every_plot_in_chromium(
     colours = len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0))
     assert not_white > 0.05, f"screenshot nearly blank ({not_white:.1%} non-white pixels)"
     assert colours > 200, f"screenshot has only {colours} colours: plots missing"
+
+
+def test_simulate_sweep_writes_its_png_without_json(
+    bundle: Path, traffic: Path, tmp_path: Path
+) -> None:
+    """`solaris simulate --sweep` with no --json leaves its plot under out/ and says where."""
+    import os
+    import sys
+
+    pytest.importorskip("matplotlib", reason="the sweep plot needs the train extra")
+    env = {
+        **os.environ,
+        "SOLARIS_BUNDLE_DIR": str(bundle),
+        "SOLARIS_EMBEDDING_DIM": str(TINY_TRAIN.embedding_dim),
+        "SOLARIS_HISTORY_LEN": str(TINY_TRAIN.history_len),
+        "PYTHONPATH": str(REPO_ROOT),
+        "COLUMNS": "200",
+    }
+    args = ["simulate", "--traffic", str(traffic), "--sweep", "--sweep-ttl", "1", "--no-random"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    pngs = list((tmp_path / "out").glob("sweep-*.png"))
+    assert len(pngs) == 1 and pngs[0].read_bytes()[:4] == b"\x89PNG"
+    assert str(pngs[0]) in done.stdout
