@@ -28,6 +28,7 @@ import faust
 
 from streams.engine.steps.event_time import EventClock
 from streams.kafka_security import faust_credentials
+from streams.live import faust_commits
 from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
 from streams.live.components import Components
@@ -95,6 +96,7 @@ def create_app(
     Faust's table store (``memory://`` in agent unit tests)."""
     roles = frozenset(roles)
     check_roles(roles)
+    faust_commits.install()  # never commit past an unacked message (see the module)
     aid = app_id(settings, roles)
     app = faust_app(settings, aid, web_port, store)
     P = settings.topic_partitions

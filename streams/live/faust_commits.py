@@ -1,0 +1,99 @@
+"""A correction to faust-streaming 0.15's offset commits: never commit past an unacked message.
+
+Faust commits, per partition, the end of the first run of consecutive acked offsets. Its check
+that this run starts at the committed position is off by one (``min(acked) - committed > 1``,
+where ``committed`` is the *next* offset to read, Kafka's convention): when exactly the message
+at the committed position has not been acked — e.g. it sat in an agent's buffer that a
+rebalance cleared — the run after it is committed and that message is never delivered again.
+Measured in the fault matrix (a second pipeline worker joining and leaving mid-replay): single
+requests reached neither worker although their neighbours did, and their offsets were committed.
+The check is also skipped when the committed position is 0.
+
+:func:`install` replaces ``Consumer._new_offset`` with :func:`new_offset`, which waits until
+the message at the committed position is acked. Such a message may never come on its own
+(after a rebalance Faust can drop re-fetched offsets below a stale read position), so a hole
+that persists over :data:`HOLE_COMMITS` commit attempts makes the consumer seek the partition
+back to the committed position: the messages after it are delivered again, which the
+pipeline's steps treat as redeliveries (at-least-once, idempotent). An agent handles a
+partition's messages in order, so later offsets are never acked before an earlier one that is
+still in flight: a hole means a message that was dropped. Gaps Faust has recorded (offsets missing from
+the log, e.g. compacted away) still count as acked, as before. SOLARIS's topics are neither
+compacted nor transactional, so their offsets have no holes that could stall a partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from faust.transport.consumer import Consumer
+
+log = logging.getLogger(__name__)
+_ORIGINAL = Consumer._new_offset
+#: commit attempts (about one a second) that see the same hole before the partition is re-read
+HOLE_COMMITS = 3
+_SEEKS: set[asyncio.Future[Any]] = set()
+
+
+def _fold_recorded_gaps(consumer: Any, tp: Any, acked: list[int]) -> None:
+    """Offsets Faust recorded as missing from the log, up to the newest ack, count as acked."""
+    gaps = consumer._gap[tp]
+    if not gaps:
+        return
+    newest = max(acked)
+    spans = sorted(gaps.overlap(0, newest), key=lambda span: span.begin)
+    if not spans:
+        return
+    missing = [offset for span in spans for offset in range(span.begin, span.end)]
+    acked.extend(missing)
+    gaps.chop(0, max(missing[-1], newest + 1))
+
+
+def new_offset(consumer: Any, tp: Any) -> int | None:
+    """The offset to commit for ``tp`` now (None: nothing new is safe to commit)."""
+    acked: list[int] = consumer._acked[tp]
+    if not acked:
+        return None
+    _fold_recorded_gaps(consumer, tp, acked)
+    acked.sort()
+    committed = consumer._committed_offset[tp]
+    if committed is not None and acked[0] > committed:
+        _note_hole(consumer, tp, committed)  # the message at the committed position is missing
+        return None
+    run = 1
+    while run < len(acked) and acked[run] == acked[run - 1] + 1:
+        run += 1
+    done = acked[:run]
+    del acked[:run]
+    consumer._acked_index[tp].difference_update(done)
+    return done[-1] + 1
+
+
+def _note_hole(consumer: Any, tp: Any, committed: int) -> None:
+    """Count commit attempts blocked at ``committed``; re-read the partition from there when
+    the hole persists."""
+    holes: dict[Any, tuple[int, int]] = consumer.__dict__.setdefault("_solaris_holes", {})
+    at, seen = holes.get(tp, (committed, 0))
+    seen = seen + 1 if at == committed else 1
+    if seen < HOLE_COMMITS:
+        holes[tp] = (committed, seen)
+        return
+    holes.pop(tp, None)
+    log.warning(
+        "offset never delivered: re-reading the partition from the committed position",
+        extra={"topic": tp.topic, "partition": tp.partition, "offset": committed},
+    )
+    task = asyncio.ensure_future(consumer.seek(tp, committed))
+    _SEEKS.add(task)  # keep a reference until it is done (the loop holds only a weak one)
+    task.add_done_callback(_SEEKS.discard)
+
+
+def install() -> None:
+    """Patch Faust's consumer class (idempotent; every worker calls it before Faust starts)."""
+    Consumer._new_offset = new_offset  # type: ignore[method-assign,assignment]
+
+
+def original() -> Any:
+    """Faust's own implementation (for tests that show the difference)."""
+    return _ORIGINAL
