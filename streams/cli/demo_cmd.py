@@ -10,6 +10,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from models.data.log_spec import LogLayout, LogSpec, TimeUnit
+from streams.cli.log_opts import (
+    ColumnsOpt,
+    LabelThresholdOpt,
+    LogFormatOpt,
+    TimeUnitOpt,
+    log_spec_or_exit,
+)
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.settings import Settings
 
@@ -55,6 +63,10 @@ def demo(
     json_path: JsonOpt = None,
     html_path: HtmlOpt = None,
     compare: CompareOpt = True,
+    log_columns: ColumnsOpt = None,
+    time_unit: TimeUnitOpt = TimeUnit.s,
+    label_threshold: LabelThresholdOpt = None,
+    log_format: LogFormatOpt = LogLayout.auto,
 ) -> None:
     """Start Kafka + Redis, make traffic, train if needed, run workers + ranker, replay, report, stop.
 
@@ -66,10 +78,12 @@ def demo(
     from streams.demo import run_demo
 
     settings = Settings()
+    name = dataset.value if dataset else None
+    spec = log_spec_or_exit(name, log_columns, time_unit, label_threshold, log_format, console)
     t0 = time.perf_counter()
     started_here = _start_infra(settings)
     try:
-        path = _traffic_path(dataset, traffic, data_dir, settings)
+        path = _traffic_path(dataset, traffic, data_dir, settings, spec)
         bundle = _models(path, settings)
         replayed = _slice(path, requests, settings)
         offline = _offline(settings, bundle, replayed) if compare else None
@@ -111,13 +125,17 @@ def _stop_infra(settings: Settings, started: list[str]) -> None:
 
 
 def _traffic_path(
-    dataset: Any, traffic: Path | None, data_dir: Path | None, settings: Settings
+    dataset: Any,
+    traffic: Path | None,
+    data_dir: Path | None,
+    settings: Settings,
+    spec: LogSpec | None = None,
 ) -> Path:
     if traffic is None and dataset is None:
         from streams.cli.train_cmd import Dataset
 
         dataset = Dataset.synthetic
-    path = _resolve_traffic(dataset, traffic, data_dir, settings)
+    path = _resolve_traffic(dataset, traffic, data_dir, settings, spec)
     console.log(f"traffic: {path}")
     return path
 
