@@ -125,30 +125,53 @@ def traffic(
     ] = None,
 ) -> None:
     """Write recorded traffic (requests with candidates + labelled impressions) and summarise it."""
-    from models.data.columns import iter_events
-    from models.data.errors import DataError, DatasetNotFound
-    from models.data.loaders import resolve_data_dir
-    from models.data.stats import stats_rows, traffic_stats
-    from models.data.traffic import write_traffic
-
     settings = Settings()
     log_spec = log_spec_or_exit(
         dataset.value, columns, time_unit, label_threshold, log_format, console
     )
-    sizes = {
-        name: value
-        for name, value in (
-            ("n_users", users),
-            ("n_items", items),
-            ("days", days),
-            ("shown", shown),
-        )
-        if value is not None
-    }
+    sizes = _synthetic_sizes(dataset, users=users, items=items, days=days, shown=shown)
+    started = time.perf_counter()
+    requests, impressions, meta, built, summary = _build_and_write(
+        dataset, data_dir, settings, seed, session_gap_s, k, sizes, log_spec, out
+    )
+    finished = time.perf_counter()
+    _print_stats(
+        dataset, seed, out, requests, impressions, summary, built - started, finished - built
+    )
+    _print_source(meta)
+    if json_path is not None:
+        from models.data.stats import traffic_stats
+
+        _write_json(json_path, out, asdict(traffic_stats(requests, impressions)), meta)
+
+
+def _synthetic_sizes(dataset: DatasetChoice, **given: int | float | None) -> dict[str, Any]:
+    """The synthetic generator's size options that were given (exit 2 for other datasets)."""
+    names = {"users": "n_users", "items": "n_items", "days": "days", "shown": "shown"}
+    sizes = {names[k]: v for k, v in given.items() if v is not None}
     if sizes and dataset is not DatasetChoice.synthetic:
         console.print("[red]--users/--items/--days/--shown apply to --dataset synthetic only[/red]")
         raise typer.Exit(2)
-    started = time.perf_counter()
+    return sizes
+
+
+def _build_and_write(
+    dataset: DatasetChoice,
+    data_dir: Path | None,
+    settings: Settings,
+    seed: int,
+    session_gap_s: float,
+    k: int,
+    sizes: dict[str, Any],
+    log_spec: LogSpec | None,
+    out: Path,
+) -> tuple[Requests, Impressions, dict[str, Any], float, Any]:
+    """Build the traffic and write it; data errors end the command with a clear message."""
+    from models.data.columns import iter_events
+    from models.data.errors import DataError, DatasetNotFound
+    from models.data.loaders import resolve_data_dir
+    from models.data.traffic import write_traffic
+
     try:
         folder = settings.data_dir  # unused by synthetic, so it need not exist then
         if dataset is not DatasetChoice.synthetic:
@@ -171,17 +194,28 @@ def traffic(
     except DataError as exc:
         console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
         raise typer.Exit(1) from exc
-    finished = time.perf_counter()
+    return requests, impressions, meta, built, summary
+
+
+def _print_stats(
+    dataset: DatasetChoice,
+    seed: int,
+    out: Path,
+    requests: Requests,
+    impressions: Impressions,
+    summary: Any,
+    build_s: float,
+    write_s: float,
+) -> None:
+    from models.data.stats import stats_rows, traffic_stats
+
     stats = traffic_stats(requests, impressions)
     table = Table("traffic", str(out), title=f"{dataset.value} (seed {seed})")
     for name, value in stats_rows(stats):
         table.add_row(name, value)
     table.add_row("file size", f"{summary.bytes / 1e6:.1f} MB")
-    table.add_row("build / write time", f"{built - started:.1f} s / {finished - built:.1f} s")
+    table.add_row("build / write time", f"{build_s:.1f} s / {write_s:.1f} s")
     console.print(table)
-    _print_source(meta)
-    if json_path is not None:
-        _write_json(json_path, out, asdict(stats), meta)
 
 
 def _print_source(meta: dict[str, Any]) -> None:
