@@ -90,11 +90,15 @@ def ranker(
     no_scores: Annotated[
         bool, typer.Option("--no-scores", help="Do not write the scores topic.")
     ] = False,
-    metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics here.")
+    ] = None,
     exit_when_idle: Annotated[
         float | None, typer.Option("--exit-when-idle", help="Stop after this many idle seconds.")
     ] = None,
-    bundle: Annotated[Path | None, typer.Option("--bundle")] = None,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="Model bundle (default: settings / newest).")
+    ] = None,
     health_port: Annotated[
         int | None,
         typer.Option("--health-port", help="Serve /healthz and /readyz here (SOLARIS_BIND_HOST)."),
@@ -200,12 +204,18 @@ def replay(
             "--lockstep", help="Wait for the pipeline to drain before each request (parity runs)."
         ),
     ] = False,
-    from_topic: Annotated[str | None, typer.Option("--from-topic")] = None,
+    from_topic: Annotated[
+        str | None,
+        typer.Option("--from-topic", help="Re-play this topic's --start..--end range instead."),
+    ] = None,
     start: Annotated[
         str | None, typer.Option("--start", help="Range start: epoch ms or ISO time.")
     ] = None,
     end: Annotated[str | None, typer.Option("--end", help="Range end (exclusive).")] = None,
-    to_topic: Annotated[str | None, typer.Option("--to-topic")] = None,
+    to_topic: Annotated[
+        str | None,
+        typer.Option("--to-topic", help="Topic the re-played range is written to (keeps times)."),
+    ] = None,
 ) -> None:
     """Produce recorded traffic to Kafka (timestamps = event time), or re-play a topic's time range."""
     settings = Settings()
