@@ -34,7 +34,7 @@ format: setup  ## apply ruff fixes and formatting
 	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .
 
 # Reuses an existing venv as is (no editable reinstall under processes that may be running).
-bench:  ## all benchmarks (~10 min; Kafka + Redis started if needed): bench/results/*.json + summary
+bench:  ## all benchmarks (~13 min; Kafka + Redis started if needed): bench/results/*.json + summary
 	@test -x $(SOLARIS) || $(MAKE) setup
 	@SOLARIS_LOG_LEVEL=$${SOLARIS_LOG_LEVEL:-WARNING} bash infra/with-services.sh $(SOLARIS) bench all --json bench/results
 
