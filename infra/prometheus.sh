@@ -183,11 +183,15 @@ cmd_start() {
     --storage.tsdb.retention.time=1d \
     --web.enable-lifecycle \
     </dev/null >"$LOG_FILE" 2>&1 9>&- &
-  echo $! >"$PID_FILE"
+  pid=$!
+  echo "$pid" >"$PID_FILE"
 
-  local t0=$SECONDS
+  local t0=$SECONDS state
   while (( SECONDS - t0 < START_TIMEOUT )); do
-    if ! pid="$(running_pid)"; then
+    # alive = not gone and not a zombie; not `running_pid`: right after the fork its command
+    # line is still the shell's until setsid execs prometheus (a loaded machine shows it)
+    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
+    if [[ -z "$state" || "$state" == "Z" ]]; then
       err "prometheus exited during startup"
       show_log_tail
       rm -f "$PID_FILE"

@@ -154,7 +154,7 @@ class ReadPool:
         except (OSError, hiredis.ProtocolError) as exc:
             self._drop(c)
             raise StoreUnavailable(f"redis read failed: {exc!r}") from exc
-        self._idle.append(c)
+        self._keep(c)
         if isinstance(reply, hiredis.ReplyError):
             raise StoreUnavailable(f"redis refused MGET: {reply}")
         if not isinstance(reply, list) or len(reply) != len(keys):
@@ -178,7 +178,7 @@ class ReadPool:
                     return
                 self._live += 1
             try:
-                self._idle.append(self._open())
+                self._keep(self._open())
             except (redis.RedisError, OSError, StoreUnavailable) as exc:
                 with self._lock:
                     self._live -= 1
@@ -195,7 +195,14 @@ class ReadPool:
         except (OSError, hiredis.ProtocolError):
             self._drop(c)
             return
-        self._idle.append(c)
+        self._keep(c)
+
+    def _keep(self, c: _Conn) -> None:
+        """Back to the idle set, or closed if the pool was closed meanwhile (no leaked socket)."""
+        if self._closed.is_set():
+            c.close()
+        else:
+            self._idle.append(c)
 
     def _maintain(self) -> None:
         while not self._closed.is_set():
@@ -203,7 +210,10 @@ class ReadPool:
                 c = self._repair.get(timeout=RETRY_S)
             except queue.Empty:
                 c = None
-            if c is not None and not self._closed.is_set():
+            if c is not None:
+                if self._closed.is_set():  # taken from the queue just as close() ran
+                    c.close()
+                    break
                 self._drain(c)
             self._top_up()
 
