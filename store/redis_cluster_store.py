@@ -36,12 +36,11 @@ from redis.crc import key_slot
 from redis.exceptions import MovedError, RedisClusterException
 from redis.retry import Retry
 
-from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
+from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
 from store.urls import redact_url
-from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 _WRITE_TIMEOUT_S = 5.0
 #: retries of a write after a connection error, timeout or redirection (off the request path)
@@ -103,7 +102,7 @@ class _NodeRead:
     done: bool = False
 
 
-class RedisClusterStore:
+class RedisClusterStore(KeyedWrites):
     """A :class:`~store.protocol.FeatureStore` on Redis Cluster.
 
     Like :class:`~store.redis_store.RedisStore`, reads use clients whose socket timeout equals
@@ -164,18 +163,6 @@ class RedisClusterStore:
             ) from exc
         except _CLIENT_ERRORS as exc:
             raise StoreUnavailable(f"redis cluster write failed: {exc}") from exc
-
-    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        pair = self.layout.pair
-        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
-
-    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
-        agg = self.layout.aggregate
-        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
-
-    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
-        nb = self.layout.neighbours
-        self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from itertools import groupby
 from operator import itemgetter
 
@@ -22,12 +21,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
+from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
 from store.redis_pool import ReadPool
-from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 _WRITE_TIMEOUT_S = 5.0
 #: read connections: one per reading thread is enough; spares cover the ones being repaired
@@ -35,7 +33,7 @@ READ_POOL_SIZE = 4
 log = logging.getLogger(__name__)
 
 
-class RedisStore:
+class RedisStore(KeyedWrites):
     """A :class:`~store.protocol.FeatureStore` on Redis.
 
     ``read`` blocks at most ``timeout_ms`` in total (not per socket operation) and never
@@ -87,18 +85,6 @@ class RedisStore:
             raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis write failed: {exc}") from exc
-
-    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        pair = self.layout.pair
-        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
-
-    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
-        agg = self.layout.aggregate
-        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
-
-    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
-        nb = self.layout.neighbours
-        self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

@@ -1,0 +1,31 @@
+"""The record → (key, value bytes) writes shared by the key-value backends (Redis, Redis Cluster):
+a backend supplies ``layout`` and ``_write(items, ttl_ms)``, this supplies the three writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.keys import KeyLayout
+from store.values import encode_aggregate, encode_neighbours, encode_pair
+
+
+class KeyedWrites:
+    """Mixin: ``write_pairs``/``write_aggregates``/``write_neighbours`` through ``_write``."""
+
+    layout: KeyLayout
+
+    def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        raise NotImplementedError
+
+    def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
+        pair = self.layout.pair
+        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
+
+    def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
+        agg = self.layout.aggregate
+        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
+
+    def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
+        nb = self.layout.neighbours
+        self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
