@@ -31,7 +31,6 @@ from tests.conftest import require_kafka_and_redis
 from tests.integration.fault_harness import (
     STATELESS_RANKING,
     TimedReplay,
-    check_nothing_lost,
     fault_pipeline,
     fault_traffic,
     free_port,
@@ -41,6 +40,7 @@ from tests.integration.fault_harness import (
     wait_for,
 )
 from tests.integration.live_harness import live_settings
+from tests.integration.nothing_lost import check_nothing_lost
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: the replay plays the traffic's requests in about this many wall seconds

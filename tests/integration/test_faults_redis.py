@@ -15,42 +15,37 @@ when the fault hits, and the replay's Python work does not share the ranker's in
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from schemas.codec import Codec
-from schemas.records import ProposalBatch
 from store.tiers import Tier
-from streams.settings import REPO_ROOT, Settings
-from tests.conftest import require_kafka_and_redis
+from streams.settings import Settings
 from tests.integration.fault_harness import (
-    STATELESS_RANKING,
-    FaultProcs,
-    TimedReplay,
-    check_nothing_lost,
-    fault_pipeline,
     pair_keys,
     print_measured,
-    wait_caught_up,
     wait_for,
 )
-from tests.integration.live_harness import env_for, live_settings, read_topic_with_partitions
-from tests.integration.redis_instance import RedisInstance, own_redis
+from tests.integration.nothing_lost import check_nothing_lost
+from tests.integration.redis_fault_helpers import (
+    REPLAY_WALL_S,
+    InProcessRanker,
+    Mark,
+    WakeupProbe,
+    end_offsets,
+    faulted_settings,
+    finish,
+    live_run,
+    start_replay,
+    verified_messages,
+)
+from tests.integration.redis_instance import own_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-#: wall seconds the replay of the whole test traffic takes (about 10 requests per second)
-REPLAY_WALL_S = 24.0
 #: tolerance over the read deadline (issue 12: a lookup returns within deadline + 2 ms), on top
 #: of the machine's own wake-up lateness, measured by :class:`WakeupProbe` during the same fault
 DEADLINE_SLACK_MS = 2.0
@@ -84,210 +79,6 @@ def dense_traffic() -> Path:
         write_traffic(tmp, iter_events(world.requests, world.impressions), {"dataset": "faults"})
         tmp.rename(path)  # atomic: a concurrent run never reads half a file
     return path
-
-
-@dataclass(frozen=True)
-class Mark:
-    """What the in-process ranker had served at one instant (counters since it started)."""
-
-    requests: int
-    reads: int  #: latencies recorded so far
-    served: int  #: lookups served by any tier other than missing
-    exact: int  #: lookups served the exact pair
-    missing: int
-    failed_reads: int  #: reads that hit a timeout or a store error
-
-    def _lookups_since(self, earlier: Mark) -> int:
-        return max(1, self.served + self.missing - earlier.served - earlier.missing)
-
-    def served_share_since(self, earlier: Mark) -> float:
-        return (self.served - earlier.served) / self._lookups_since(earlier)
-
-    def exact_share_since(self, earlier: Mark) -> float:
-        return (self.exact - earlier.exact) / self._lookups_since(earlier)
-
-
-class InProcessRanker:
-    """The ranker service, built as ``solaris ranker`` builds it, on a thread of the test."""
-
-    def __init__(self, settings: Settings, bundle: Path) -> None:
-        from store.reader import FeatureReader
-        from streams.engine.config import reader_config
-        from streams.live.ranker_service import RankerOptions, RankerService
-        from streams.models_loader import load_models
-        from streams.stores import store_from_settings
-
-        models, _ = load_models(settings, bundle)
-        reader = FeatureReader(
-            store_from_settings(settings),
-            reader_config(settings, models.fm.dim, models.fm.model_version),
-        )
-        options = RankerOptions(f"{settings.topic_prefix}-ranker", write_scores=False)
-        self.service = RankerService(
-            settings, reader, models.solaris, models.items, options, models.vm
-        )
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="ranker", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.service.run()
-        except BaseException as exc:  # reported by check(), not lost with the thread
-            self.error = exc
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.service.stop()
-        self._thread.join(timeout=30)
-
-    def check(self) -> None:
-        """Raise if the ranker crashed or skipped a message because its handling raised."""
-        assert self.error is None, f"ranker crashed: {self.error!r}"
-        assert self._thread.is_alive(), "ranker thread ended"
-        assert self.service.failed == 0, f"{self.service.failed} messages failed in the ranker"
-        assert self.service.reader.stats.internal_errors == 0, "reader internal errors"
-
-    def mark(self) -> Mark:
-        svc, st = self.service, self.service.reader.stats
-        counts = svc.coverage.counts.copy()
-        return Mark(
-            svc.requests,
-            len(svc.read_ms),
-            int(counts.sum() - counts[Tier.MISSING]),
-            int(counts[Tier.EXACT]),
-            int(counts[Tier.MISSING]),
-            st.timeouts + st.store_errors,
-        )
-
-    def read_ms_between(self, a: Mark, b: Mark) -> np.ndarray:
-        """Latencies (ms) of the reads made between two marks (deque.copy is atomic)."""
-        return np.asarray(list(self.service.read_ms.copy())[a.reads : b.reads], np.float64)
-
-
-class WakeupProbe:
-    """How late this process wakes from a ``deadline_ms`` sleep, sampled while it runs.
-
-    On the loaded 2-core test machine a 20 ms sleep itself ends several ms late at p99
-    (24.2 ms measured next to other jobs); a read that waits on a socket for its deadline cannot
-    do better, so the deadline check allows for the lateness measured during the same fault.
-    """
-
-    def __init__(self, deadline_ms: float) -> None:
-        self.deadline_s = deadline_ms / 1000.0
-        self.late_ms: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="wakeup-probe", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.perf_counter()
-            time.sleep(self.deadline_s)
-            self.late_ms.append((time.perf_counter() - t0 - self.deadline_s) * 1000.0)
-
-    def __enter__(self) -> WakeupProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def p99(self) -> float:
-        return float(np.percentile(self.late_ms, 99)) if self.late_ms else 0.0
-
-
-@contextmanager
-def live_run(
-    settings: Settings, bundle: Path, log_dir: Path
-) -> Iterator[tuple[FaultProcs, InProcessRanker]]:
-    """Pipeline + FM workers (processes) and the in-process ranker, all joined and assigned."""
-    from streams.demo import wait_for_groups
-
-    with fault_pipeline(settings, log_dir) as procs:
-        ranker = InProcessRanker(settings, bundle)
-        ranker.start()
-        try:
-            wait_for_groups(settings, [f"{settings.topic_prefix}-ranker"], timeout_s=120)
-            yield procs, ranker
-        finally:
-            ranker.stop()
-
-
-def start_replay(settings: Settings, traffic: Path, log_dir: Path) -> subprocess.Popen[bytes]:
-    """``solaris replay`` at the speed that plays ``traffic`` in REPLAY_WALL_S seconds."""
-    speed = TimedReplay.speed_for(traffic, REPLAY_WALL_S)
-    env = env_for(settings) | {"SOLARIS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
-    with (log_dir / "replay.log").open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "replay", str(traffic), "--speed", f"{speed}"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def finish(replay: subprocess.Popen[bytes], settings: Settings, procs: FaultProcs) -> None:
-    """Wait for the replay to end and the pipeline to commit everything it was sent."""
-    assert replay.wait(timeout=180) == 0, "replay failed"
-    wait_caught_up(settings, procs)
-    procs.alive()
-
-
-@dataclass(frozen=True)
-class Verified:
-    """One ``verified`` message: where it sits and the pairs it asks the FM for."""
-
-    partition: int
-    offset: int
-    user_id: int
-    event_time_ms: int
-    item_ids: tuple[int, ...]
-
-
-def verified_messages(settings: Settings) -> list[Verified]:
-    """Every verified batch with its offset (the topic is not compacted: offset = index)."""
-    codec = Codec()
-    out, next_offset = [], dict.fromkeys(range(settings.topic_partitions), 0)
-    for part, _, value in read_topic_with_partitions(settings, settings.topic("verified")):
-        batch = codec.decode(value, ProposalBatch)
-        out.append(
-            Verified(
-                part,
-                next_offset[part],
-                batch.user_id,
-                batch.event_time_ms,
-                tuple(batch.item_ids),
-            )
-        )
-        next_offset[part] += 1
-    return out
-
-
-def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
-    """High-water mark of each partition of ``topic`` now."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "solaris-test-watermarks"}
-    )
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(settings.topic_partitions)
-        }
-    finally:
-        consumer.close()
-
-
-def faulted_settings(bundle: Path, rds: RedisInstance) -> Settings:
-    """A unique prefix on the shared broker, the store on ``rds``, the stateless verifier
-    ranking (so the run can be compared with the simulator)."""
-    base = Settings().model_copy(update={"store_url": rds.url})
-    require_kafka_and_redis(base)
-    return live_settings(base, uuid.uuid4().hex[:10], bundle, partitions=2, **STATELESS_RANKING)
 
 
 def test_redis_restart_mid_replay_recovers(

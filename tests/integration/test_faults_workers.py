@@ -34,7 +34,6 @@ from tests.integration.fault_harness import (
     STATELESS_RANKING,
     FaultProcs,
     TimedReplay,
-    check_nothing_lost,
     fault_pipeline,
     fault_traffic,
     pair_keys,
@@ -43,6 +42,7 @@ from tests.integration.fault_harness import (
     wait_for,
 )
 from tests.integration.live_harness import live_settings
+from tests.integration.nothing_lost import check_nothing_lost
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,0 +1,193 @@
+"""Nothing lost after a fault: every verified pair stored with its newest time, aggregates
+equal to the ones folded from the run's own ``embeddings``, counts as the simulator's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streams.settings import Settings
+from tests.integration.live_harness import read_topic
+
+#: (user, item, event time) of a verified pair
+Pair = tuple[int, int, int]
+
+
+@dataclass
+class LossReport:
+    """What a faulted run kept, against its own topics and a clean simulator run."""
+
+    verified: int = 0  #: distinct (user, item, time) in ``verified``
+    verified_duplicates: int = 0  #: extra copies of a pair in ``verified`` (re-verification)
+    embedding_duplicates: int = 0  #: extra copies in ``embeddings`` (FM redeliveries)
+    missing_in_store: list[tuple[int, int]] = field(default_factory=list)
+    stale_in_store: list[tuple[int, int]] = field(default_factory=list)  #: older time than verified
+    missing_in_embeddings: list[Pair] = field(default_factory=list)
+    aggregates: int = 0
+    aggregate_mismatch: list[str] = field(default_factory=list)  #: vs the run's own embeddings
+    only_live: list[Pair] = field(default_factory=list)  #: verified, not by the simulator
+    only_simulated: list[Pair] = field(default_factory=list)
+    aggregate_vs_simulator: list[str] = field(default_factory=list)  #: count / time / key set
+    histories_differing: int = 0  #: pairs embedded with another history than the simulator's
+
+    def problems(self) -> list[str]:
+        """Each way in which something was lost or counted twice (empty = nothing lost)."""
+        checks: dict[str, list[Any]] = {
+            "verified pairs missing in the store": self.missing_in_store,
+            "pairs stored with an older event time than verified": self.stale_in_store,
+            "verified pairs missing in the embeddings topic": self.missing_in_embeddings,
+            "aggregates differing from the run's own embeddings": self.aggregate_mismatch,
+            "pairs verified live but not by the simulator": self.only_live,
+            "pairs verified by the simulator but not live": self.only_simulated,
+            "aggregates differing from the simulator's (count, time, users)": (
+                self.aggregate_vs_simulator
+            ),
+        }
+        return [f"{len(v)} {k}, e.g. {v[:3]}" for k, v in checks.items() if v]
+
+    def assert_nothing_lost(self) -> None:
+        assert self.verified > 0, "nothing was verified: the run did not exercise the pipeline"
+        assert self.aggregates > 0, "no aggregate in the store"
+        problems = self.problems()
+        assert not problems, "; ".join(problems)
+
+
+def _verified(settings: Settings) -> tuple[Counter[Pair], dict[Pair, tuple[Any, ...]]]:
+    from schemas.codec import Codec
+    from schemas.limits import Limits
+    from schemas.records import ProposalBatch
+
+    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    seen: Counter[Pair] = Counter()
+    histories: dict[Pair, tuple[Any, ...]] = {}
+    for _, value in read_topic(settings, settings.topic("verified")):
+        b = codec.decode(value, ProposalBatch)
+        hist = (tuple(b.history_items), tuple(b.history_labels), tuple(b.history_times_ms))
+        for item in b.item_ids:
+            seen[(b.user_id, item, b.event_time_ms)] += 1
+            histories[(b.user_id, item, b.event_time_ms)] = hist
+    return seen, histories
+
+
+def _folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]]:
+    """Copies of each pair in ``embeddings`` and each user's aggregate folded from them (topic
+    order per partition = the aggregate agent's order) by the engine's own aggregator."""
+    from schemas.codec import Codec
+    from schemas.records import EmbeddingBatch
+    from streams.engine.aggregator import AggregateState, RollingAggregator
+
+    codec = Codec()
+    aggregator = RollingAggregator(settings.aggregate_window_ms)
+    copies: Counter[Pair] = Counter()
+    states: dict[int, AggregateState] = {}
+    last: dict[int, Any] = {}
+    for _, value in read_topic(settings, settings.topic("embeddings")):
+        rec = codec.decode(value, EmbeddingBatch)
+        copies.update((rec.user_id, i, rec.event_time_ms) for i in rec.item_ids)
+        agg = aggregator.add(states.setdefault(rec.user_id, AggregateState()), rec.pairs())
+        if agg is not None:
+            last[rec.user_id] = agg
+    return copies, last
+
+
+def _store_values(settings: Settings) -> dict[bytes, bytes]:
+    import redis
+
+    client = redis.Redis.from_url(settings.store_url, socket_timeout=10)
+    try:
+        keys = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+        values = client.mget(keys) if keys else []
+    finally:
+        client.close()
+    return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, bytes)}
+
+
+def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossReport:
+    """Read the run's ``verified`` and ``embeddings`` topics and the store back, run the
+    simulator on the same traffic, and report every difference (see the module docstring)."""
+    from store.keys import KeyLayout
+    from store.values import decode_vector
+
+    report = LossReport()
+    verified, histories = _verified(settings)
+    report.verified = len(verified)
+    report.verified_duplicates = sum(n - 1 for n in verified.values())
+    copies, folded = _folded_aggregates(settings)
+    report.embedding_duplicates = sum(n - 1 for n in copies.values())
+    report.missing_in_embeddings = sorted(set(verified) - set(copies))
+
+    layout, stored = KeyLayout(settings.key_prefix), _store_values(settings)
+    newest: dict[tuple[int, int], int] = {}
+    for u, i, t in verified:
+        newest[(u, i)] = max(t, newest.get((u, i), t))
+    for (u, i), t in sorted(newest.items()):
+        raw = stored.get(layout.pair(u, i))
+        if raw is None:
+            report.missing_in_store.append((u, i))
+        elif decode_vector(raw).event_time_ms < t:
+            report.stale_in_store.append((u, i))
+
+    live_aggs = {
+        u: decode_vector(stored[layout.aggregate(u)])
+        for u in folded
+        if layout.aggregate(u) in stored
+    }
+    report.aggregates = len(live_aggs)
+    for u, want in sorted(folded.items()):
+        got = live_aggs.get(u)
+        if got is None:
+            report.aggregate_mismatch.append(f"user {u}: no aggregate in the store")
+        elif (got.count, got.event_time_ms) != (want.count, want.event_time_ms) or not np.allclose(
+            got.array(), want.array(), rtol=0, atol=1e-6
+        ):
+            report.aggregate_mismatch.append(
+                f"user {u}: store count {got.count} t {got.event_time_ms}, "
+                f"folded count {want.count} t {want.event_time_ms}"
+            )
+    _compare_with_simulator(settings, traffic, bundle, report, histories, stored)
+    return report
+
+
+def _compare_with_simulator(
+    settings: Settings,
+    traffic: Path,
+    bundle: Path,
+    report: LossReport,
+    histories: dict[Pair, tuple[Any, ...]],
+    stored: dict[bytes, bytes],
+) -> None:
+    """The clean run: the simulator on the same traffic with the same settings and bundle."""
+    from models.data.traffic import read_traffic
+    from store.values import decode_vector
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from tests.integration.value_parity import simulated_values
+
+    models, _ = load_models(settings, bundle)
+    sim = simulated_values(
+        read_traffic(traffic),
+        sim_config_from_settings(settings, models.fm.dim),
+        models,
+        settings.key_prefix,
+    )
+    report.only_live = sorted(set(histories) - set(sim.histories))
+    report.only_simulated = sorted(set(sim.histories) - set(histories))
+    report.histories_differing = sum(
+        1 for k, h in sim.histories.items() if k in histories and histories[k] != h
+    )
+    live_aggs = {k: v for k, v in stored.items() if k.endswith(b":agg")}
+    for key in sorted(live_aggs.keys() | sim.aggregates.keys()):
+        if key not in live_aggs or key not in sim.aggregates:
+            side = "live" if key in live_aggs else "simulator"
+            report.aggregate_vs_simulator.append(f"{key.decode()} only in the {side} run")
+            continue
+        a, b = decode_vector(live_aggs[key]), decode_vector(sim.aggregates[key])
+        if (a.count, a.event_time_ms) != (b.count, b.event_time_ms):
+            report.aggregate_vs_simulator.append(
+                f"{key.decode()}: live count {a.count} t {a.event_time_ms}, "
+                f"simulator count {b.count} t {b.event_time_ms}"
+            )
