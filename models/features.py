@@ -166,10 +166,20 @@ def fm_inputs(
     ``reference_ms`` is the time the FM computes for (the speculation time in serving); time gaps
     are measured from it. Histories must already be cut strictly before it.
     """
+    return {
+        "target_item": item_vocab.lookup(target_items),
+        **fm_history_inputs(item_vocab, reference_ms, history),
+    }
+
+
+def fm_history_inputs(
+    item_vocab: Vocab, reference_ms: np.ndarray, history: RawHistory
+) -> dict[str, np.ndarray]:
+    """The FM's history tensors (``hist_*``), row by row: serving computes them once per
+    distinct (history, reference time) of a batch and repeats the rows."""
     mask = history.mask
     label_tok = np.where(mask, history.labels.astype(np.int64) + 1, PAD)
     return {
-        "target_item": item_vocab.lookup(target_items),
         "hist_item": np.where(mask, item_vocab.lookup(history.items), PAD),
         "hist_label": label_tok.astype(np.int64),
         "hist_gap": gap_buckets(reference_ms, history.times_ms, mask),

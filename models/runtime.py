@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from models.errors import InferenceError, InputError
-from models.features import RawHistory, Vocab, fm_inputs, vm_inputs
+from models.features import RawHistory, Vocab, fm_history_inputs, vm_inputs
 
 log = logging.getLogger(__name__)
 
@@ -240,39 +240,72 @@ def _ids(name: str, values: Any, n: int | None = None) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def _distinct_rows(
+    histories: Sequence[UserHistory], event_time_ms: np.ndarray
+) -> tuple[list[int], np.ndarray]:
+    """Rows of the first occurrence of each distinct (history object, time), and for every row
+    the index of its distinct row. A micro-batch holds few (all pairs of one request share
+    them), so the history work is done once per request, not once per pair."""
+    firsts: list[int] = []
+    seen: dict[tuple[int, int], int] = {}
+    inverse = np.empty(len(histories), np.intp)
+    for row, (hist, t) in enumerate(zip(histories, event_time_ms.tolist(), strict=True)):
+        key = (id(hist), t)
+        j = seen.get(key)
+        if j is None:
+            j = seen[key] = len(firsts)
+            firsts.append(row)
+        inverse[row] = j
+    return firsts, inverse
+
+
+def _cut_rows(histories: Sequence[UserHistory], times: Sequence[int], length: int) -> RawHistory:
+    """Last ``length`` entries of each history strictly before its time, left-padded."""
+    b = len(histories)
+    items = np.zeros((b, length), np.int64)
+    labels = np.zeros((b, length), np.int8)
+    stamps = np.zeros((b, length), np.int64)
+    mask = np.zeros((b, length), bool)
+    for row, (hist, t) in enumerate(zip(histories, times, strict=True)):
+        end = int(np.searchsorted(hist.times_ms, t, side="left"))  # strictly before t
+        k = end - max(0, end - length)
+        if k:
+            items[row, length - k :] = hist.items[end - k : end]
+            labels[row, length - k :] = hist.labels[end - k : end]
+            stamps[row, length - k :] = hist.times_ms[end - k : end]
+            mask[row, length - k :] = True
+    return RawHistory(items, labels, stamps, mask)
+
+
 def cut_histories(
     histories: Sequence[UserHistory], event_time_ms: np.ndarray, length: int
 ) -> RawHistory:
     """Last ``length`` entries of each history strictly before its event time, left-padded."""
-    b = len(histories)
-    items = np.zeros((b, length), np.int64)
-    labels = np.zeros((b, length), np.int8)
-    times = np.zeros((b, length), np.int64)
-    mask = np.zeros((b, length), bool)
-    # A micro-batch holds few distinct (history, time) pairs (all pairs of one request share
-    # them): cut each once and copy the row.
-    done: dict[tuple[int, int], int] = {}
-    for row, (hist, t) in enumerate(zip(histories, event_time_ms.tolist(), strict=True)):
-        key = (id(hist), t)
-        first = done.get(key)
-        if first is not None:
-            items[row], labels[row], times[row], mask[row] = (
-                items[first],
-                labels[first],
-                times[first],
-                mask[first],
-            )
-            continue
-        done[key] = row
-        end = int(np.searchsorted(hist.times_ms, t, side="left"))  # strictly before t
-        start = max(0, end - length)
-        k = end - start
-        if k:
-            items[row, length - k :] = hist.items[start:end]
-            labels[row, length - k :] = hist.labels[start:end]
-            times[row, length - k :] = hist.times_ms[start:end]
-            mask[row, length - k :] = True
-    return RawHistory(items, labels, times, mask)
+    firsts, inverse = _distinct_rows(histories, event_time_ms)
+    raw = _cut_rows([histories[r] for r in firsts], event_time_ms[firsts].tolist(), length)
+    return RawHistory(
+        raw.items[inverse], raw.labels[inverse], raw.times_ms[inverse], raw.mask[inverse]
+    )
+
+
+def fm_batch_inputs(
+    item_vocab: Vocab,
+    item_ids: np.ndarray,
+    event_time_ms: np.ndarray,
+    histories: Sequence[UserHistory],
+    length: int,
+) -> dict[str, np.ndarray]:
+    """``fm_inputs(item_vocab, item_ids, event_time_ms, cut_histories(...))``, with the history
+    tensors (cut, vocabulary lookup, time gaps) computed once per distinct (history, time)
+    and repeated by row: equal values, a fraction of the work."""
+    firsts, inverse = _distinct_rows(histories, event_time_ms)
+    times = event_time_ms[firsts]
+    raw = _cut_rows([histories[r] for r in firsts], times.tolist(), length)
+    hist = fm_history_inputs(item_vocab, times, raw)
+    return {
+        "target_item": item_vocab.lookup(item_ids),
+        **{name: arr[inverse] for name, arr in hist.items()},
+    }
 
 
 class FMRunner:
@@ -311,8 +344,9 @@ class FMRunner:
             raise InputError(f"got {len(histories)} histories for {b} pairs")
         if b == 0:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
-        raw = cut_histories(histories, times, self.history_len)
-        out = self.session.run(fm_inputs(self.item_vocab, items, times, raw))
+        out = self.session.run(
+            fm_batch_inputs(self.item_vocab, items, times, histories, self.history_len)
+        )
         return out["embedding"].astype(np.float32, copy=False), out["logit"].astype(
             np.float32, copy=False
         )

@@ -1,0 +1,107 @@
+"""The ``embed`` agent under Faust's ``test_context``: pipelined FM groups give the same stored
+values and ``embeddings`` messages, in input order, as one FM call over the whole batch."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import faust
+import faust.tables.base
+import pytest
+
+from schemas.records import EmbeddingBatch, ProposalBatch
+from store.memory import InMemoryStore
+from streams.engine.embedder import Embedder
+from streams.engine.models import EngineModels
+from streams.engine.steps.embed import embed_input, embedding_batch
+from streams.live.agents.embed import MIN_GROUP_PAIRS, group_pairs
+from streams.live.app import create_app
+from streams.live.components import Components
+from streams.settings import Settings
+from tests.fakes import FakeFM
+from tests.unit.test_agents import Sent, close_current_loop, put
+
+T0 = 1_700_000_000_000
+
+
+def verified(n: int) -> list[ProposalBatch]:
+    """``n`` requests of 1..12 pairs each, users repeating, histories of a few entries."""
+    out = []
+    for r in range(n):
+        k = 1 + (r * 7) % 12
+        items = tuple(100 + r * 13 + j for j in range(k))
+        hist = tuple(range(1 + r % 5))
+        out.append(
+            ProposalBatch(
+                f"r{r}",
+                r % 9,
+                T0 + r,
+                k,
+                items,
+                ("candidates",) * k,
+                (),
+                hist,
+                tuple(i % 2 for i in hist),
+                tuple(T0 - 1000 + i for i in hist),
+            )
+        )
+    return out
+
+
+def run_embed(settings: Settings, values: list[bytes], monkeypatch: pytest.MonkeyPatch) -> Any:
+    sent = Sent()
+    monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
+    close_current_loop()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    fm = FakeFM(4)
+    parts = Components(settings, EngineModels(fm), InMemoryStore())
+    app = create_app(settings, ["embed"], parts, store="memory://")
+    app.finalize()
+    app.flow_control.resume()
+    try:
+        loop.run_until_complete(put(app, "embed", values))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio.set_event_loop(None)
+        thread = getattr(app.__dict__.get("_consumer"), "_thread", None)
+        thread_loop = getattr(thread, "thread_loop", None)
+        if thread_loop is not None:  # Faust made a loop for a consumer thread it never started
+            thread_loop.close()
+    return sent, parts, fm
+
+
+def test_pipelined_groups_equal_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=40)
+    msgs = verified(60)
+    bad = dataclasses.replace(msgs[4], history_times_ms=msgs[4].history_times_ms[::-1])
+    codec_parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
+    enc = codec_parts.codec.encode
+    values = [enc(m) for m in msgs[:4]] + [enc(bad)] + [enc(m) for m in msgs[5:]]
+    sent, parts, fm = run_embed(settings, values, monkeypatch)
+
+    good = msgs[:4] + msgs[5:]
+    ref_store = InMemoryStore()
+    embedder = Embedder(FakeFM(4))
+    want = []
+    for m in good:  # one message at a time: the values must not depend on the grouping
+        it = embed_input(None, m)
+        mine = embedder.embed(it.pairs, it.histories)
+        ref_store.write_pairs(mine, settings.pair_ttl_ms)
+        want.append(embedding_batch(m, mine))
+    got = [parts.codec.decode(v, EmbeddingBatch) for v in sent.by_topic["embed-unit.embeddings"]]
+    assert got == want  # same bytes, same (input) order
+    assert {k: v for k, (_, v) in parts.store._data.items()} == {
+        k: v for k, (_, v) in ref_store._data.items()
+    }
+    assert fm.calls >= 2 * 60 * 6 // (40 * 2)  # pipelined: many groups of at most 40 pairs
+    assert len(sent.by_topic["embed-unit.dead-letter"]) == 1
+
+
+def test_group_size_is_capped_and_splits_a_batch() -> None:
+    assert group_pairs(1024, 128, 9.2) == 295  # 128 messages of ~9 pairs: 4 groups
+    assert group_pairs(100, 128, 9.2) == 100  # never above the cap
+    assert group_pairs(1024, 4, 2.0) == MIN_GROUP_PAIRS  # small batches: one group
