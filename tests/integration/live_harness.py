@@ -95,6 +95,8 @@ def fresh_live_settings(bundle: Path, partitions: int = 2, **extra: Any) -> Sett
 def env_for(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
+        SOLARIS_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
+        SOLARIS_STORE_URL=settings.store_url,
         SOLARIS_TOPIC_PREFIX=settings.topic_prefix,
         SOLARIS_KEY_PREFIX=settings.key_prefix,
         SOLARIS_TOPIC_PARTITIONS=str(settings.topic_partitions),

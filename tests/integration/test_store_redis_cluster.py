@@ -234,9 +234,12 @@ class TestRedisClusterStore(StoreContract):
         self, store: RedisClusterStore, cluster_url: str
     ) -> None:
         store.write_pairs([pair(300, i, seed=i) for i in range(20)], 60_000)
-        reader = FeatureReader(store, ReaderConfig(dim=8, deadline_ms=100.0))
-        fresh = reader.lookup(300, range(20), T0 + 1)
+        # The unstalled read has a generous deadline: a cold first read (slot table, connections)
+        # on a loaded CI machine can itself take over 100 ms (it did once: all MISSING).
+        patient = FeatureReader(store, ReaderConfig(dim=8, deadline_ms=5000.0))
+        fresh = patient.lookup(300, range(20), T0 + 1)
         assert (fresh.tiers == Tier.EXACT).all()
+        reader = FeatureReader(store, ReaderConfig(dim=8, deadline_ms=100.0))
         with paused_master(cluster_url, store.layout.pair(300, 0), 1000):
             t0 = time.perf_counter()
             out = reader.lookup(300, range(20), T0 + 1)
