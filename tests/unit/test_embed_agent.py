@@ -105,3 +105,14 @@ def test_group_size_is_capped_and_splits_a_batch() -> None:
     assert group_pairs(1024, 128, 9.2) == 295  # 128 messages of ~9 pairs: 4 groups
     assert group_pairs(100, 128, 9.2) == 100  # never above the cap
     assert group_pairs(1024, 4, 2.0) == MIN_GROUP_PAIRS  # small batches: one group
+
+
+def test_embed_messages_equals_embed_over_their_pairs() -> None:
+    msgs = verified(30)
+    items = [embed_input(None, m) for m in msgs]
+    pairs = [p for it in items for p in it.pairs]
+    hists = [h for it in items for h in it.histories]
+    want = Embedder(FakeFM(4)).embed(pairs, hists)
+    got = Embedder(FakeFM(4)).embed_messages(msgs, [it.history for it in items])
+    assert got == want
+    assert Embedder(FakeFM(4)).embed_messages([], []) == []

@@ -7,9 +7,8 @@ import asyncio
 import pytest
 
 from models.errors import InputError
-from schemas.records import PairEmbedding, PairProposal, ProposalBatch
-from streams.engine.history import UserHistory
-from streams.engine.steps.embed import embed_input, embed_isolating
+from schemas.records import PairEmbedding, ProposalBatch
+from streams.engine.steps.embed import EmbedInput, embed_input, embed_isolating
 
 T0 = 1_704_067_200_000
 
@@ -23,7 +22,8 @@ def batch(user: int, times: tuple[int, ...] = (T0 - 2, T0 - 1), labels=(0, 1)) -
 def fake_embed(poison_user: int | None = None):
     calls: list[int] = []
 
-    async def embed(pairs: list[PairProposal], hists: list[UserHistory]) -> list[PairEmbedding]:
+    async def embed(items: list[EmbedInput[int]]) -> list[PairEmbedding]:
+        pairs = [p for it in items for p in it.pairs]
         calls.append(len(pairs))
         if any(p.user_id == poison_user for p in pairs):
             raise RuntimeError("the FM rejected this input")
@@ -56,7 +56,7 @@ def test_infrastructure_errors_propagate() -> None:
     class Down(Exception):
         pass
 
-    async def embed(pairs, hists):  # type: ignore[no-untyped-def]
+    async def embed(items):  # type: ignore[no-untyped-def]
         raise Down("broker gone")
 
     with pytest.raises(Down):

@@ -11,23 +11,43 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from schemas.records import EmbeddingBatch, PairEmbedding, PairProposal, ProposalBatch
 from streams.engine.history import UserHistory
 
 E = TypeVar("E")  #: the caller's handle of a message (a Faust event)
-EmbedFn = Callable[[list[PairProposal], list[UserHistory]], Awaitable[list[PairEmbedding]]]
 
 
 @dataclass(frozen=True, slots=True)
 class EmbedInput(Generic[E]):
-    """One verified message ready for the FM."""
+    """One verified message ready for the FM: its pairs are ``batch.item_ids``, all embedded
+    with ``history`` as of ``batch.event_time_ms`` (no per-pair objects on the hot path)."""
 
     event: E
     batch: ProposalBatch
-    pairs: list[PairProposal]
-    histories: list[UserHistory]
+    history: UserHistory
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.batch.item_ids)
+
+    @property
+    def pairs(self) -> list[PairProposal]:
+        """The message's pairs as records (for callers embedding one message at a time)."""
+        b = self.batch
+        return [
+            PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
+            for item, strategy in zip(b.item_ids, b.strategies, strict=True)
+        ]
+
+    @property
+    def histories(self) -> list[UserHistory]:
+        return [self.history] * self.n_pairs
+
+
+#: embeds the pairs of the given messages: their records, message after message
+EmbedFn = Callable[[list[EmbedInput[Any]]], Awaitable[list[PairEmbedding]]]
 
 
 def embed_input(event: E, b: ProposalBatch) -> EmbedInput[E]:
@@ -35,14 +55,10 @@ def embed_input(event: E, b: ProposalBatch) -> EmbedInput[E]:
     ``InputError``) naming what is wrong."""
     if len(b.item_ids) != len(b.strategies):
         raise ValueError(f"{len(b.item_ids)} items but {len(b.strategies)} strategies")
-    if any(label not in (0, 1) for label in b.history_labels):
+    if not set(b.history_labels) <= {0, 1}:
         raise ValueError(f"history labels must be 0 or 1, got {sorted(set(b.history_labels))}")
     hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)  # sorted times
-    pairs = [
-        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
-        for item, strategy in zip(b.item_ids, b.strategies, strict=True)
-    ]
-    return EmbedInput(event, b, pairs, [hist] * len(pairs))
+    return EmbedInput(event, b, hist)
 
 
 @dataclass
@@ -62,14 +78,12 @@ async def embed_isolating(
     """Embed ``items`` in one FM call; on failure, one call per message to isolate the bad
     ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate."""
     out: EmbedOutcome[E] = EmbedOutcome([], [])
-    todo = [it for it in items if it.pairs]
+    todo = [it for it in items if it.n_pairs]
     if not todo:
         return out
     try:
         out.fm_calls += 1
-        vectors = await embed(
-            [p for it in todo for p in it.pairs], [h for it in todo for h in it.histories]
-        )
+        vectors = await embed(todo)
     except passthrough:
         raise
     except Exception as exc:
@@ -84,8 +98,8 @@ async def embed_isolating(
         return out
     offset = 0
     for it in todo:
-        out.done.append((it, vectors[offset : offset + len(it.pairs)]))
-        offset += len(it.pairs)
+        out.done.append((it, vectors[offset : offset + it.n_pairs]))
+        offset += it.n_pairs
     return out
 
 
@@ -95,11 +109,11 @@ def chunk_by_pairs(items: Sequence[EmbedInput[E]], max_pairs: int) -> list[list[
     groups: list[list[EmbedInput[E]]] = []
     size = 0
     for it in items:
-        if not groups or (size + len(it.pairs) > max_pairs and groups[-1]):
+        if not groups or (size + it.n_pairs > max_pairs and groups[-1]):
             groups.append([])
             size = 0
         groups[-1].append(it)
-        size += len(it.pairs)
+        size += it.n_pairs
     return groups
 
 

@@ -24,8 +24,7 @@ from typing import Any
 
 import faust
 
-from schemas.records import PairProposal, ProposalBatch
-from streams.engine.history import UserHistory
+from schemas.records import PairEmbedding, ProposalBatch
 from streams.engine.steps.embed import (
     EmbedInput,
     EmbedOutcome,
@@ -60,15 +59,18 @@ class EmbedAgent:
         #: running mean of pairs per message, to size the groups of the next batch
         self.pairs_per_message = 8.0
 
-    async def fm(self, pairs: list[PairProposal], histories: list[UserHistory]) -> list[Any]:
-        return await in_pool(MODEL_POOL, self.parts.stages.embedder.embed, pairs, histories)
+    async def fm(self, items: list[EmbedInput[Any]]) -> list[PairEmbedding]:
+        batches, histories = [it.batch for it in items], [it.history for it in items]
+        return await in_pool(
+            MODEL_POOL, self.parts.stages.embedder.embed_messages, batches, histories
+        )
 
     async def embed_and_store(self, group: list[EmbedInput[Any]]) -> EmbedOutcome[Any]:
         """One FM group (queued in the model thread in batch order), then its store write."""
         start = time.perf_counter()
         outcome = await embed_isolating(group, self.fm, INFRA_ERRORS)
         metrics.FM_LATENCY.observe(time.perf_counter() - start)
-        metrics.FM_BATCH_SIZE.observe(sum(len(it.pairs) for it in group))
+        metrics.FM_BATCH_SIZE.observe(sum(it.n_pairs for it in group))
         embeddings = [e for _, mine in outcome.done for e in mine]
         if embeddings:
             ttl = self.settings.pair_ttl_ms
@@ -99,12 +101,12 @@ class EmbedAgent:
                 continue
             async with self.ctx.processing(event):  # invalid input: that message only
                 item = embed_input(event, rec)
-                if group and size + len(item.pairs) > self.settings.embed_batch_pairs:
+                if group and size + item.n_pairs > self.settings.embed_batch_pairs:
                     tasks.append(asyncio.ensure_future(self.embed_and_store(group)))
                     group, size = [], 0
                 group.append(item)
-                size += len(item.pairs)
-                n_pairs, n_items = n_pairs + len(item.pairs), n_items + 1
+                size += item.n_pairs
+                n_pairs, n_items = n_pairs + item.n_pairs, n_items + 1
                 if size >= target:
                     tasks.append(asyncio.ensure_future(self.embed_and_store(group)))
                     group, size = [], 0
