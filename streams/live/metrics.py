@@ -7,6 +7,9 @@ them from its own registry, so no worker polls the broker's group coordinator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info
 
@@ -93,6 +96,21 @@ LIVE_QUALITY_IMPRESSIONS = Counter(
     "Impressions the ranker consumed, by whether they joined a ranked request's scores.",
     ["joined"],
 )
+
+
+def bound(metric: Any) -> Callable[..., Any]:
+    """``labels(...)`` of ``metric`` with each label set's child kept: hot paths skip
+    prometheus_client's per-call label validation and lock."""
+    children: dict[tuple[str, ...], Any] = {}
+
+    def child(*labels: str) -> Any:
+        try:
+            return children[labels]
+        except KeyError:
+            found = children[labels] = metric.labels(*labels)
+            return found
+
+    return child
 
 
 #: tiers that serve a value (an age); "missing" has none

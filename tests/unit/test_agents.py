@@ -4,6 +4,7 @@ are captured in memory; tables use ``memory://``)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import warnings
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ import faust
 import faust.tables.base
 import pytest
 
-from schemas.records import DeadLetter, ProposalBatch, RequestEvent
+from schemas.records import DeadLetter, ImpressionEvent, ProposalBatch, RequestEvent
 from store.memory import InMemoryStore
 from streams.engine.models import EngineModels
 from streams.live.app import create_app
@@ -33,9 +34,12 @@ class Sent:
         self.fail_on: str | None = None
         #: (table, key) -> changelog partition of the last write
         self.changelog: dict[tuple[str, Any], int] = {}
+        #: (table, key) -> how many changelog writes
+        self.writes: collections.Counter[tuple[str, Any]] = collections.Counter()
 
     def send_changelog(self, table: Any, partition: int, key: Any, value: Any, *_: Any) -> Any:
         self.changelog[(table.name, key)] = partition
+        self.writes[(table.name, key)] += 1
         return SimpleNamespace(message=SimpleNamespace(partition=partition))
 
     async def send(self, topic: Any, key: Any = None, value: Any = None, **_: Any) -> Any:
@@ -104,6 +108,11 @@ async def put(
         await asyncio.sleep(0.3)  # a batch is taken within agent_batch_max_wait_ms
 
 
+def table_data(app: faust.App, name: str) -> Any:
+    """A ``memory://`` table's stored values (key -> value)."""
+    return app.tables[name].data  # type: ignore[attr-defined]
+
+
 def proposals(rid: str, t: int, items: tuple[int, ...], user: int = 7) -> ProposalBatch:
     return ProposalBatch(rid, user, t, len(items), items, ("candidates",) * len(items))
 
@@ -119,7 +128,7 @@ def test_verify_agent_sends_then_saves_the_ledger_and_skips_redeliveries(
         await put(app, "verify", [enc(proposals("r1", T0, (1, 2)))])  # a redelivery
         out = [parts.codec.decode(v, ProposalBatch) for v in sent.by_topic["agents-unit.verified"]]
         assert [b.item_ids for b in out] == [(1, 2), (3,)]
-        saved = app.tables["ledger"].data[7]
+        saved = table_data(app, "ledger")[7]
         assert saved["requests"] == ["r1", "r2"] and sorted(i for i, _ in saved["pairs"]) == [
             1,
             2,
@@ -136,7 +145,7 @@ def test_verify_agent_keeps_the_ledger_when_the_delivery_fails(
         sent.fail_on = "verified"
         await put(app, "verify", [parts.codec.encode(proposals("r1", T0, (1, 2)))])
         assert app.agents["verify"]._crashed  # Faust restarts it and the batch is redelivered
-        assert 7 not in app.tables["ledger"].data  # re-verified after the restart, not skipped
+        assert 7 not in table_data(app, "ledger")  # re-verified after the restart, not skipped
 
     run(body, monkeypatch)
 
@@ -178,5 +187,64 @@ def test_batched_table_state_is_read_and_written_in_each_events_partition(
         batches = [enc(proposals("a", T0, (1,), user=7)), enc(proposals("b", T0, (2,), user=8))]
         await put(app, "verify", batches, partitions=[1, 3])
         assert sent.changelog[("ledger", 7)] == 1 and sent.changelog[("ledger", 8)] == 3
+
+    run(body, monkeypatch)
+
+
+def test_history_is_written_once_per_user_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each user's state is one changelog write per batch (not one per event), in event order."""
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        imps = [ImpressionEvent("r", 7, item, T0 + item, 0, item % 2) for item in (3, 1, 2)]
+        await put(app, "history", [enc(i) for i in imps])
+        assert table_data(app, "history")[7] == [[1, 1, T0 + 1], [2, 0, T0 + 2], [3, 1, T0 + 3]]
+        assert sent.writes[("history", 7)] == 1
+
+    run(body, monkeypatch)
+
+
+def test_ledger_is_written_once_per_user_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        await put(
+            app, "verify", [enc(proposals("r1", T0, (1, 2))), enc(proposals("r2", T0 + 1, (3,)))]
+        )
+        assert table_data(app, "ledger")[7]["requests"] == ["r1", "r2"]
+        assert sent.writes[("ledger", 7)] == 1
+
+    run(body, monkeypatch)
+
+
+def test_a_failed_event_leaves_its_users_batch_state_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event that raises is dead-lettered; the user's other events of the batch are kept,
+    and what the failed one had half-applied is not."""
+    from streams.live.agents import history as history_agent
+
+    real = history_agent.observe_impression
+
+    def failing(entries: list[Any], imp: ImpressionEvent, *args: Any) -> Any:
+        if imp.item_id == 666:
+            entries.append((666, 1, imp.event_time_ms))  # half-applied, then fails
+            raise ValueError("bad impression")
+        return real(entries, imp, *args)
+
+    monkeypatch.setattr(history_agent, "observe_impression", failing)
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        items = (1, 666, 2)
+        await put(
+            app,
+            "history",
+            [enc(ImpressionEvent("r", 7, i, T0 + n, 0, 1)) for n, i in enumerate(items)],
+        )
+        assert [e[0] for e in table_data(app, "history")[7]] == [1, 2]
+        (dl,) = [
+            parts.codec.decode(v, DeadLetter) for v in sent.by_topic["agents-unit.dead-letter"]
+        ]
+        assert dl.reason == "processing_error" and "bad impression" in dl.error
 
     run(body, monkeypatch)

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -50,6 +50,26 @@ def as_current(event: Any) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+class Processing:
+    """:meth:`AgentContext.processing`'s context: a plain class, since it runs for every event
+    (a generator-based context manager costs several times more per use)."""
+
+    __slots__ = ("ctx", "event", "token")
+
+    def __init__(self, ctx: AgentContext, event: Any) -> None:
+        self.ctx, self.event = ctx, event
+
+    async def __aenter__(self) -> None:
+        self.token = _current_event.set(weakref.ref(self.event))
+
+    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        _current_event.reset(self.token)
+        if not isinstance(exc, Exception) or isinstance(exc, INFRA_ERRORS):
+            return False
+        await self.ctx.dead_for(self.event, exc)
+        return True
 
 
 @dataclass
@@ -106,17 +126,10 @@ class AgentContext:
         dl = dead_letter_for(origin(event), event.key, event.value, PROCESSING_ERROR, error)
         await self.dead(dl)
 
-    @contextlib.asynccontextmanager
-    async def processing(self, event: Any) -> AsyncIterator[None]:
+    def processing(self, event: Any) -> Processing:
         """Any error while processing ``event`` dead-letters it (``processing_error``, with the
         error text) and the agent moves on to the next message; Kafka errors propagate."""
-        try:
-            with as_current(event):
-                yield
-        except INFRA_ERRORS:
-            raise
-        except Exception as exc:
-            await self.dead_for(event, exc)
+        return Processing(self, event)
 
     def batches(self, stream: faust.StreamT, size: int | None = None) -> Any:
         """The stream in batches of at most ``size`` events (default from settings)."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import faust
 
 from schemas.records import ImpressionEvent
 from streams.engine.steps.history import observe_impression
 from streams.live.agents.context import AgentContext
-from streams.live.state import history_from_table, history_to_table
+from streams.live.state import BatchState, history_from_table, history_to_table
 
 
 def register(ctx: AgentContext) -> None:
@@ -15,14 +17,21 @@ def register(ctx: AgentContext) -> None:
     capacity = 2 * ctx.settings.history_len
     lookahead = ctx.parts.stages.lookahead
 
+    async def on_batch(events: list[Any]) -> None:
+        """Every impression in event order; each user's history is written once per batch."""
+        state = BatchState(history, history_from_table, history_to_table)
+        for event in events:
+            rec = await ctx.admitted(event, ImpressionEvent)
+            if rec is None:
+                continue
+            async with ctx.processing(event):
+                # a copy: an error dead-letters the event and leaves its user's state as it was
+                entries = list(state.get(rec.user_id))
+                observe_impression(entries, rec, capacity, lookahead)
+                state.put(rec.user_id, entries, event)
+        state.save()
+
     @ctx.app.agent(ctx.topics["impressions"], concurrency=1, name="history")
     async def on_impressions(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            for event in events:
-                rec = await ctx.admitted(event, ImpressionEvent)
-                if rec is None:
-                    continue
-                async with ctx.processing(event):
-                    entries = history_from_table(history.get(rec.user_id))
-                    observe_impression(entries, rec, capacity, lookahead)
-                    history[rec.user_id] = history_to_table(entries)
+            await on_batch(events)

@@ -15,43 +15,59 @@ from streams.engine.steps.speculate import SavedRep, observe_representation, spe
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
 from streams.live.neighbours_job import NeighbourRefresher
-from streams.live.state import history_from_table, ledger_from_table
+from streams.live.state import BatchState, history_from_table, ledger_from_table
+
+
+def _saved_rep_to_json(rep: SavedRep | None) -> Any:
+    return None if rep is None else rep.to_json()
+
+
+class RequestsBatch:
+    """One batch's table state: history and ledger read once per user (the batch runs without
+    yielding to the agents that write them), representations written once per user."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        t = ctx.tables
+        self.history = BatchState(t["history"], history_from_table)
+        self.ledger = BatchState(t["ledger"], ledger_from_table)
+        self.reps = BatchState(t["reps"], SavedRep.from_json, _saved_rep_to_json)
 
 
 def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
-    ledger, history, reps = ctx.tables["ledger"], ctx.tables["history"], ctx.tables["reps"]
     parts = ctx.parts
+    proposals = metrics.bound(metrics.PROPOSALS)
 
-    async def on_request(rec: RequestEvent) -> Any:
+    async def on_request(rec: RequestEvent, state: RequestsBatch, event: Any) -> Any:
         """One request's step; returns the delivery of its proposals (or None)."""
         parts.now_ms = max(parts.now_ms, rec.event_time_ms)
         if refresher is not None:
-            await refresher.maybe_refresh(rec.event_time_ms, ctx.tables["aggregates"], reps)
-        entries = history_from_table(history.get(rec.user_id))
-        batch = speculate(
-            rec, ledger_from_table(ledger.get(rec.user_id)).pairs, entries, parts.stages
-        )
+            await refresher.maybe_refresh(
+                rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
+            )
+        entries = state.history.get(rec.user_id)
+        batch = speculate(rec, state.ledger.get(rec.user_id).pairs, entries, parts.stages)
         if parts.stages.reps is not None:
-            saved = SavedRep.from_json(reps.get(rec.user_id))
-            new = observe_representation(parts.stages.reps, rec, saved)
+            new = observe_representation(parts.stages.reps, rec, state.reps.get(rec.user_id))
             if new is not None:
-                reps[rec.user_id] = new.to_json()
+                state.reps.put(rec.user_id, new, event)
         if batch is None:
             return None
         for strategy in batch.strategies:
-            metrics.PROPOSALS.labels(strategy).inc()
+            proposals(strategy).inc()
         return await ctx.send("speculated", rec.user_id, batch, rec.event_time_ms)
 
     @ctx.app.agent(ctx.topics["requests"], concurrency=1, name="speculate")
     async def on_requests(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
             pending = []
+            state = RequestsBatch(ctx)
             for event in events:
                 rec = await ctx.admitted(event, RequestEvent)
                 if rec is None:
                     continue
                 async with ctx.processing(event):
-                    pending.append(await on_request(rec))
+                    pending.append(await on_request(rec, state, event))
+            state.reps.save()
             for delivery in pending:  # once per batch, before Faust acks the batch
                 if delivery is not None:
                     await delivery

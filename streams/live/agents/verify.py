@@ -89,10 +89,13 @@ class VerifyAgent:
                 )
         for delivery in deliveries:
             await delivery
+        last: dict[int, tuple[Any, LedgerState]] = {}  # a user's later results carry the earlier
         for (event, b), res in zip(decoded, results, strict=True):
             if res.ledger is not None:
-                with as_current(event):
-                    self.ledger[b.user_id] = ledger_to_table(res.ledger)
+                last[b.user_id] = (event, res.ledger)
+        for user, (event, ledger) in last.items():  # one table write per user and batch
+            with as_current(event):
+                self.ledger[user] = ledger_to_table(ledger)
 
     def _count(self, res: VerifyResult) -> None:
         if res.redelivered:
