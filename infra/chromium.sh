@@ -10,9 +10,11 @@
 # (streams/report_html/browser.py).
 set -euo pipefail
 
-log() { echo "[chromium] $*" >&2; }
-err() { echo "[chromium] ERROR: $*" >&2; }
-die() { err "$*"; exit 1; }
+LOG_NAME=chromium
+# shellcheck source=infra/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+# `path` prints the browser's path on stdout: every message goes to stderr
+log() { echo "[$LOG_NAME] $*" >&2; }
 
 usage() {
   echo "usage: $0 install|path|status" >&2
@@ -34,28 +36,9 @@ ensure_chromium() {
   if find_chromium >/dev/null; then
     return 0
   fi
-  command -v apt-get >/dev/null || die "chromium is missing and apt-get is not available"
-  local sudo=()
-  if [[ $EUID -ne 0 ]]; then
-    command -v sudo >/dev/null || die "chromium is missing; installing it needs root or sudo"
-    sudo=(sudo)
-  fi
-  log "installing chromium with apt-get (one-time, ~100 MB)..."
-  local apt_log
-  apt_log="$(mktemp /tmp/solaris-chromium-apt.XXXXXX)"
-  export DEBIAN_FRONTEND=noninteractive
-  # --no-install-recommends: the headless browser only (no desktop integration, no sandbox
-  # helper: tests run it with --no-sandbox as they run as root in CI containers).
-  if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >"$apt_log" 2>&1; then
-    log "install failed; running apt-get update and retrying"
-    if ! { "${sudo[@]}" apt-get update -q && \
-           "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium; } \
-        >>"$apt_log" 2>&1; then
-      tail -n 20 "$apt_log" >&2
-      die "apt-get could not install chromium (full output: $apt_log)"
-    fi
-  fi
-  rm -f "$apt_log"
+  # ~100 MB; the headless browser only (no sandbox helper: tests run it with --no-sandbox as
+  # they run as root in CI containers)
+  apt_install chromium chromium
   find_chromium >/dev/null || die "chromium still not found after install"
   log "installed $("$(find_chromium)" --version 2>/dev/null | head -n 1)"
 }

@@ -43,9 +43,9 @@ KRAFT_DIR="$DATA_DIR/kraft-logs"
 # KAFKA-15413: Kafka's CLI tools choke on a COLUMNS value from the shell.
 unset COLUMNS
 
-log() { echo "[kafka] $*"; }
-err() { echo "[kafka] ERROR: $*" >&2; }
-die() { err "$*"; exit 1; }
+LOG_NAME=kafka
+# shellcheck source=infra/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 usage() {
   echo "usage: $0 start|stop|status|logs [-f]" >&2
@@ -97,27 +97,14 @@ ensure_jars() {
 
 # --- process helpers ---------------------------------------------------------
 
-read_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid="$(tr -cd '0-9' <"$PID_FILE")"
-  [[ -n "$pid" ]] || return 1
-  echo "$pid"
-}
-
 # True when $1 is a live (non-zombie) process running our broker config.
 is_our_broker() {
-  local pid="$1" state
-  kill -0 "$pid" 2>/dev/null || return 1
-  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
-  [[ "$state" != "Z" ]] || return 1
-  # Guard against PID reuse: the command line must name our config file.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka $SERVER_PROPS"
+  proc_alive "$1" && proc_cmdline_has "$1" "kafka.Kafka $SERVER_PROPS"
 }
 
 running_pid() {
   local pid
-  pid="$(read_pid)" || return 1
+  pid="$(read_pid_file "$PID_FILE")" || return 1
   is_our_broker "$pid" || return 1
   echo "$pid"
 }
@@ -131,20 +118,7 @@ ready_check() {
   "$PYTHON" "$READY_PY" "${args[@]}"
 }
 
-port_in_use() {
-  # bash's /dev/tcp: connect succeeds -> something listens there.
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-show_log_tail() {
-  local f
-  for f in "$BROKER_LOG" "$OUT_LOG"; do
-    if [[ -s "$f" ]]; then
-      echo "[kafka] ----- last 40 lines of $f -----" >&2
-      tail -n 40 "$f" >&2
-    fi
-  done
-}
+show_log_tail() { show_tails "$BROKER_LOG" "$OUT_LOG"; }
 
 # --- config / storage --------------------------------------------------------
 
@@ -256,24 +230,7 @@ cmd_start() {
   exit 1
 }
 
-stop_pid() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while is_our_broker "$pid"; do
-    if (( waited >= STOP_TIMEOUT * 2 )); then
-      err "pid $pid still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      waited=0
-      while is_our_broker "$pid" && (( waited < 20 )); do
-        sleep 0.5
-        waited=$((waited + 1))
-      done
-      break
-    fi
-    sleep 0.5
-    waited=$((waited + 1))
-  done
-}
+stop_pid() { stop_pid_with is_our_broker "$1" "$STOP_TIMEOUT"; }
 
 cmd_stop() {
   local pid
@@ -313,11 +270,7 @@ cmd_logs() {
 }
 
 # Serialise start/stop on one data dir (the lock fd is closed for the JVM).
-lock_data_dir() {
-  mkdir -p "$DATA_DIR"
-  exec 9>"$DATA_DIR/.lock"
-  flock -w 300 9 || die "timed out waiting for the lock on $DATA_DIR"
-}
+lock_data_dir() { lock_dir "$DATA_DIR" 300; }
 
 main() {
   [[ $# -ge 1 ]] || usage

@@ -37,9 +37,9 @@ CONFIG="$DATA_DIR/prometheus.yml"
 PID_FILE="$DATA_DIR/prometheus.pid"
 LOG_FILE="$DATA_DIR/prometheus.log"
 
-log() { echo "[prometheus] $*"; }
-err() { echo "[prometheus] ERROR: $*" >&2; }
-die() { err "$*"; exit 1; }
+LOG_NAME=prometheus
+# shellcheck source=infra/lib.sh
+source "$HERE/lib.sh"
 
 usage() {
   echo "usage: $0 install|start|stop|status|config" >&2
@@ -50,27 +50,8 @@ ensure_prometheus() {
   if [[ -x "$PROMETHEUS" && -x "$PROMTOOL" ]]; then
     return 0
   fi
-  command -v apt-get >/dev/null || die "prometheus is missing and apt-get is not available"
-  local sudo=()
-  if [[ $EUID -ne 0 ]]; then
-    command -v sudo >/dev/null || die "prometheus is missing; installing it needs root or sudo"
-    sudo=(sudo)
-  fi
-  log "installing prometheus with apt-get (one-time)..."
-  local apt_log
-  apt_log="$(mktemp /tmp/solaris-prometheus-apt.XXXXXX)"
-  export DEBIAN_FRONTEND=noninteractive
-  # --no-install-recommends: no node exporter or other services come with it.
-  if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends prometheus >"$apt_log" 2>&1; then
-    log "install failed; running apt-get update and retrying"
-    if ! { "${sudo[@]}" apt-get update -q && \
-           "${sudo[@]}" apt-get install -y -q --no-install-recommends prometheus; } \
-        >>"$apt_log" 2>&1; then
-      tail -n 20 "$apt_log" >&2
-      die "apt-get could not install prometheus (full output: $apt_log)"
-    fi
-  fi
-  rm -f "$apt_log"
+  # --no-install-recommends (in apt_install): no node exporter or other services come with it.
+  apt_install prometheus prometheus
   [[ -x "$PROMETHEUS" && -x "$PROMTOOL" ]] || die "prometheus/promtool still missing after install"
   log "installed $("$PROMETHEUS" --version 2>&1 | head -n 1)"
 }
@@ -110,26 +91,14 @@ EOF
   done
 }
 
-read_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid="$(tr -cd '0-9' <"$PID_FILE")"
-  [[ -n "$pid" ]] || return 1
-  echo "$pid"
-}
-
 # True when $1 is a live (non-zombie) prometheus started with our config (guards PID reuse).
 is_ours() {
-  local pid="$1" state
-  kill -0 "$pid" 2>/dev/null || return 1
-  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
-  [[ "$state" != "Z" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--config.file=$CONFIG"
+  proc_alive "$1" && proc_cmdline_has "$1" "--config.file=$CONFIG"
 }
 
 running_pid() {
   local pid
-  pid="$(read_pid)" || return 1
+  pid="$(read_pid_file "$PID_FILE")" || return 1
   is_ours "$pid" || return 1
   echo "$pid"
 }
@@ -142,16 +111,7 @@ with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/-/ready", timeout=2
 EOF
 }
 
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-show_log_tail() {
-  if [[ -s "$LOG_FILE" ]]; then
-    echo "[prometheus] ----- last 40 lines of $LOG_FILE -----" >&2
-    tail -n 40 "$LOG_FILE" >&2
-  fi
-}
+show_log_tail() { show_tails "$LOG_FILE"; }
 
 cmd_start() {
   local pid
@@ -210,19 +170,7 @@ cmd_start() {
   exit 1
 }
 
-stop_pid() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while is_ours "$pid"; do
-    if (( waited >= STOP_TIMEOUT * 5 )); then
-      err "pid $pid still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.2
-    waited=$((waited + 1))
-  done
-}
+stop_pid() { stop_pid_with is_ours "$1" "$STOP_TIMEOUT"; }
 
 cmd_stop() {
   local pid
@@ -251,11 +199,7 @@ cmd_status() {
   return 1
 }
 
-lock_data_dir() {
-  mkdir -p "$DATA_DIR"
-  exec 9>"$DATA_DIR/.lock"
-  flock -w 60 9 || die "timed out waiting for the lock on $DATA_DIR"
-}
+lock_data_dir() { lock_dir "$DATA_DIR" 60; }
 
 main() {
   [[ $# -ge 1 ]] || usage

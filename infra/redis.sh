@@ -32,9 +32,9 @@ CLUSTER_DIR="${SOLARIS_REDIS_CLUSTER_DIR:-$CACHE_DIR/run/redis-cluster}"
 # extra redis-server options of the node being started (cluster mode sets them)
 EXTRA_ARGS=()
 
-log() { echo "[redis] $*"; }
-err() { echo "[redis] ERROR: $*" >&2; }
-die() { err "$*"; exit 1; }
+LOG_NAME=redis
+# shellcheck source=infra/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 usage() {
   echo "usage: $0 start|stop|status|cluster-start|cluster-stop|cluster-status" >&2
@@ -45,52 +45,20 @@ ensure_redis() {
   if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
     return 0
   fi
-  command -v apt-get >/dev/null || die "redis-server is missing and apt-get is not available"
-  local sudo=()
-  if [[ $EUID -ne 0 ]]; then
-    command -v sudo >/dev/null || die "redis-server is missing; installing it needs root or sudo"
-    sudo=(sudo)
-  fi
-  log "installing redis-server with apt-get (one-time)..."
-  local apt_log
-  apt_log="$(mktemp /tmp/solaris-redis-apt.XXXXXX)"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends redis-server redis-tools \
-      >"$apt_log" 2>&1; then
-    log "install failed; running apt-get update and retrying"
-    if ! { "${sudo[@]}" apt-get update -q && \
-           "${sudo[@]}" apt-get install -y -q --no-install-recommends redis-server redis-tools; } \
-        >>"$apt_log" 2>&1; then
-      tail -n 20 "$apt_log" >&2
-      die "apt-get could not install redis-server (full output: $apt_log)"
-    fi
-  fi
-  rm -f "$apt_log"
+  apt_install redis-server redis-server redis-tools
   command -v redis-server >/dev/null || die "redis-server still not found after install"
   log "installed $(redis-server --version | head -n 1)"
 }
 
-read_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid="$(tr -cd '0-9' <"$PID_FILE")"
-  [[ -n "$pid" ]] || return 1
-  echo "$pid"
-}
-
 # True when $1 is a live (non-zombie) redis-server listening on our port.
 is_our_redis() {
-  local pid="$1" state
-  kill -0 "$pid" 2>/dev/null || return 1
-  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
-  [[ "$state" != "Z" ]] || return 1
   # redis-server rewrites its title to "redis-server 127.0.0.1:PORT" (guards PID reuse).
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "redis-server 127.0.0.1:$PORT"
+  proc_alive "$1" && proc_cmdline_has "$1" "redis-server 127.0.0.1:$PORT"
 }
 
 running_pid() {
   local pid
-  pid="$(read_pid)" || return 1
+  pid="$(read_pid_file "$PID_FILE")" || return 1
   is_our_redis "$pid" || return 1
   echo "$pid"
 }
@@ -99,19 +67,7 @@ ping() {
   [[ "$(redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null)" == "PONG" ]]
 }
 
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-show_log_tail() {
-  local f
-  for f in "$LOG_FILE" "$OUT_FILE"; do
-    if [[ -s "$f" ]]; then
-      echo "[redis] ----- last 40 lines of $f -----" >&2
-      tail -n 40 "$f" >&2
-    fi
-  done
-}
+show_log_tail() { show_tails "$LOG_FILE" "$OUT_FILE"; }
 
 cmd_start() {
   local pid
@@ -166,24 +122,7 @@ cmd_start() {
   exit 1
 }
 
-stop_pid() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while is_our_redis "$pid"; do
-    if (( waited >= STOP_TIMEOUT * 5 )); then
-      err "pid $pid still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      waited=0
-      while is_our_redis "$pid" && (( waited < 25 )); do
-        sleep 0.2
-        waited=$((waited + 1))
-      done
-      break
-    fi
-    sleep 0.2
-    waited=$((waited + 1))
-  done
-}
+stop_pid() { stop_pid_with is_our_redis "$1" "$STOP_TIMEOUT"; }
 
 cmd_stop() {
   local pid
@@ -308,17 +247,9 @@ cmd_cluster_status() {
   return 1
 }
 
-lock_cluster_dir() {
-  mkdir -p "$CLUSTER_DIR"
-  exec 9>"$CLUSTER_DIR/.lock"
-  flock -w 60 9 || die "timed out waiting for the lock on $CLUSTER_DIR"
-}
+lock_cluster_dir() { lock_dir "$CLUSTER_DIR" 60; }
 
-lock_data_dir() {
-  mkdir -p "$DATA_DIR"
-  exec 9>"$DATA_DIR/.lock"
-  flock -w 60 9 || die "timed out waiting for the lock on $DATA_DIR"
-}
+lock_data_dir() { lock_dir "$DATA_DIR" 60; }
 
 main() {
   [[ $# -ge 1 ]] || usage
