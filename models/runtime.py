@@ -248,15 +248,19 @@ def _distinct_rows(
     them), so the history work is done once per request, not once per pair."""
     firsts: list[int] = []
     seen: dict[tuple[int, int], int] = {}
-    inverse = np.empty(len(histories), np.intp)
+    inverse: list[int] = []
+    last: object = object()  # matches no history
+    last_t = j = 0
     for row, (hist, t) in enumerate(zip(histories, event_time_ms.tolist(), strict=True)):
-        key = (id(hist), t)
-        j = seen.get(key)
-        if j is None:
-            j = seen[key] = len(firsts)
-            firsts.append(row)
-        inverse[row] = j
-    return firsts, inverse
+        if hist is not last or t != last_t:  # runs of one request's pairs skip the dict
+            key = (id(hist), t)
+            found = seen.get(key)
+            if found is None:
+                found = seen[key] = len(firsts)
+                firsts.append(row)
+            last, last_t, j = hist, t, found
+        inverse.append(j)
+    return firsts, np.array(inverse, np.intp)
 
 
 def _cut_rows(histories: Sequence[UserHistory], times: Sequence[int], length: int) -> RawHistory:

@@ -71,7 +71,7 @@ class Embedder:
         self.stats.seconds += time.perf_counter() - start
         self.stats.pairs += n
         self.stats.batches += 1
-        return self._records(((p.user_id, p.item_id, p.event_time_ms) for p in pairs), vectors)
+        return self._records(keys.tolist(), vectors)
 
     def embed_messages(
         self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
@@ -96,9 +96,7 @@ class Embedder:
         keys = zip(users.tolist(), items.tolist(), times.tolist(), strict=True)
         return self._records(keys, vectors)
 
-    def _records(
-        self, keys: Iterable[tuple[int, int, int]], vectors: np.ndarray
-    ) -> list[PairEmbedding]:
+    def _records(self, keys: Iterable[Sequence[int]], vectors: np.ndarray) -> list[PairEmbedding]:
         """One record per ``(user, item, time)``; the vectors converted in one call and sliced
         as bytes (cheaper than a numpy row and ``tobytes`` per pair)."""
         raw = np.ascontiguousarray(vectors, dtype=self.dtype.numpy)
