@@ -5,6 +5,11 @@ structured dtype: one ``frombuffer`` instead of one Python decode per key. Anyth
 back to :func:`store.values.decode_vector` per value. Both paths apply the same checks
 (checksum, format version, dim, event-time bounds, finite vector): a value either decodes to
 what :func:`~store.values.decode_vector` returns or is counted corrupt and left absent.
+
+Per value, only C-level passes run (``map`` of ``is not None``, ``crc32``, ``len``, one
+``join``); everything else is a handful of numpy operations on the whole batch, so their fixed
+costs (a few microseconds each) matter as much as the per-value ones: the common case (every
+value sealed, of the common length and valid) takes the fewest.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import compress
+from itertools import compress, repeat
+from operator import is_not
 from typing import cast
 
 import numpy as np
@@ -34,6 +40,21 @@ class DecodedVectors:
     corrupt: int  #: values that failed to decode or a check (counted, treated as absent)
 
 
+@dataclass(frozen=True, slots=True)
+class DecodedRows:
+    """The valid values only, compacted: row ``r`` decodes input value ``index[r]``.
+
+    What the reader's exact tier needs: it copies the fresh rows straight into its output,
+    without a zero-filled ``[n, dim]`` intermediate aligned with the input.
+    """
+
+    index: np.ndarray  #: intp [m], ascending
+    event_time_ms: np.ndarray  #: int64 [m] (may be a read-only view of the joined values)
+    version_tag: np.ndarray  #: uint32 [m] (likewise)
+    vectors: np.ndarray  #: float32 [m, dim]
+    corrupt: int  #: values that failed to decode or a check (counted, not in the rows)
+
+
 #: float16 bit pattern -> float32 (256 KiB, exact for every pattern incl. NaN/inf/subnormals).
 #: A table lookup is ~2x faster than numpy's float16 cast here, the biggest cost of a decode.
 _HALF_TO_FLOAT = (
@@ -52,41 +73,85 @@ def _pair_dtype(dim: int) -> np.dtype:
             ("dim", "<u2"),
             ("t", "<i8"),
             ("tag", "<u4"),
-            ("vec", "<f2", (dim,)),
+            ("vec", "<u2", (dim,)),  # float16 bit patterns, converted through the table
             ("crc", "<u4"),
         ]
     )
 
 
-def decode_many(values: Sequence[bytes | None], dim: int) -> DecodedVectors:
-    """Decode ``values`` (raw store values or ``None``) into aligned arrays of width ``dim``.
+def _fast_len(dim: int) -> int:
+    return PAIR_OVERHEAD + 2 * dim
 
-    Cost is a few C-level passes over the list (``enumerate``, ``map(len)``, ``map(crc32)``,
-    ``join``) plus numpy work: per-value Python runs only for values of another layout (rare).
-    Never raises on value content.
-    """
+
+def decode_rows(values: Sequence[bytes | None], dim: int) -> DecodedRows:
+    """Decode the valid values among ``values`` (raw store values or ``None``); never raises on
+    value content. Absent values are skipped; corrupt ones are counted and skipped."""
     n = len(values)
-    out = DecodedVectors(
-        np.zeros(n, dtype=bool),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.uint32),
-        np.zeros((n, dim), dtype=np.float32),
-        0,
-    )
-    got = [i for i, v in enumerate(values) if v is not None]
-    if not got:
-        return out
-    raw = cast(list[bytes], [values[i] for i in got] if len(got) < n else list(values))
-    idx = np.asarray(got, dtype=np.intp)
-    sealed = np.fromiter(map(zlib.crc32, raw), dtype=np.uint32, count=len(raw)) == CRC_RESIDUE
+    mask = list(map(is_not, values, repeat(None)))
+    if mask.count(True) == n:
+        raw, index = cast(list[bytes], list(values)), np.arange(n, dtype=np.intp)
+    else:
+        raw = cast(list[bytes], list(compress(values, mask)))
+        index = np.fromiter(compress(range(n), mask), dtype=np.intp, count=len(raw))
+    if not raw:
+        return _empty_rows(dim, 0)
+    crcs = list(map(zlib.crc32, raw))
+    if crcs.count(CRC_RESIDUE) == len(raw) and set(map(len, raw)) == {_fast_len(dim)}:
+        rows, other, bad = _decode_fast(raw, index, dim)  # the common case: all sealed, one size
+        if not len(other):
+            return DecodedRows(rows.index, rows.event_time_ms, rows.version_tag, rows.vectors, bad)
+        return _merge(rows, _decode_slow(values, other, dim), bad)
+    sealed = np.array(crcs, dtype=np.uint32) == CRC_RESIDUE
     fast = sealed & (np.fromiter(map(len, raw), dtype=np.intp, count=len(raw)) == _fast_len(dim))
-    corrupt = int((~sealed).sum())
-    slow_idx = idx[sealed & ~fast]
-    if fast.any():
-        more_slow, bad = _decode_fast(raw, fast, idx, dim, out)
-        slow_idx = np.concatenate([slow_idx, more_slow])
-        corrupt += bad
-    for i in slow_idx.tolist():
+    corrupt = len(raw) - int(sealed.sum())
+    rows, other, bad = _decode_fast(list(compress(raw, fast.tolist())), index[fast], dim)
+    slow_idx = np.sort(np.concatenate([index[sealed & ~fast], other]))
+    return _merge(rows, _decode_slow(values, slow_idx, dim), corrupt + bad)
+
+
+def _empty_rows(dim: int, corrupt: int) -> DecodedRows:
+    return DecodedRows(
+        np.zeros(0, np.intp),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.uint32),
+        np.zeros((0, dim), np.float32),
+        corrupt,
+    )
+
+
+def _decode_fast(
+    raw: list[bytes], index: np.ndarray, dim: int
+) -> tuple[DecodedRows, np.ndarray, int]:
+    """Decode sealed values of the common length: their valid rows, the indices of values of
+    another layout of that length (for the slow path) and the number of corrupt ones."""
+    if not raw:
+        return _empty_rows(dim, 0), np.zeros(0, np.intp), 0
+    rows = np.frombuffer(b"".join(raw), dtype=_pair_dtype(dim))
+    times, halves = rows["t"], rows["vec"]
+    common = (rows["fmt"] == FORMAT_PAIR) & (rows["dt"] == 0)
+    ok = (
+        common
+        & (rows["dim"] == dim)
+        & (times >= MIN_EVENT_TIME_MS)
+        & (times < MAX_EVENT_TIME_MS)
+        & ~((halves & _HALF_EXP) == _HALF_EXP).any(axis=1)  # no infinity or NaN
+    )
+    vecs = np.take(_HALF_TO_FLOAT, halves)
+    if ok.all():
+        return DecodedRows(index, times, rows["tag"], vecs, 0), index[:0], 0
+    bad = int((common & ~ok).sum())
+    out = DecodedRows(index[ok], times[ok], rows["tag"][ok], vecs[ok], 0)
+    return out, index[~common], bad  # another layout of the same length (e.g. an aggregate)
+
+
+def _decode_slow(values: Sequence[bytes | None], idx: np.ndarray, dim: int) -> DecodedRows:
+    """Per-value decode of the rare values of another layout (float32, aggregates, ...)."""
+    keep: list[int] = []
+    times: list[int] = []
+    tags: list[int] = []
+    vecs: list[np.ndarray] = []
+    corrupt = 0
+    for i in idx.tolist():
         try:
             decoded = decode_vector(cast(bytes, values[i]))
         except CorruptValue:
@@ -95,43 +160,48 @@ def decode_many(values: Sequence[bytes | None], dim: int) -> DecodedVectors:
         if decoded.dim != dim:
             corrupt += 1
             continue
-        out.present[i] = True
-        out.event_time_ms[i] = decoded.event_time_ms
-        out.version_tag[i] = decoded.version_tag
-        out.vectors[i] = decoded.array()
-    return DecodedVectors(out.present, out.event_time_ms, out.version_tag, out.vectors, corrupt)
-
-
-def _fast_len(dim: int) -> int:
-    return PAIR_OVERHEAD + 2 * dim
-
-
-def _decode_fast(
-    raw: list[bytes], fast: np.ndarray, idx: np.ndarray, dim: int, out: DecodedVectors
-) -> tuple[np.ndarray, int]:
-    """Fill ``out`` from the checksummed values of the common length; returns the indices of
-    values of another layout (for the slow path) and the number of corrupt ones."""
-    all_fast = bool(fast.all())
-    rows = np.frombuffer(b"".join(raw if all_fast else compress(raw, fast)), dtype=_pair_dtype(dim))
-    fast_idx = idx if all_fast else idx[fast]
-    common = (rows["fmt"] == FORMAT_PAIR) & (rows["dt"] == 0)
-    halves = rows["vec"].view(np.uint16)
-    ok = (
-        common
-        & (rows["dim"] == dim)
-        & (rows["t"] >= MIN_EVENT_TIME_MS)
-        & (rows["t"] < MAX_EVENT_TIME_MS)
-        & ~((halves & _HALF_EXP) == _HALF_EXP).any(axis=1)
+        keep.append(i)
+        times.append(decoded.event_time_ms)
+        tags.append(decoded.version_tag)
+        vecs.append(decoded.array())
+    if not keep:
+        return _empty_rows(dim, corrupt)
+    return DecodedRows(
+        np.array(keep, np.intp),
+        np.array(times, np.int64),
+        np.array(tags, np.uint32),
+        np.stack(vecs),
+        corrupt,
     )
-    bad = int((common & ~ok).sum())
-    other = fast_idx[~common]  # another layout of the same length (e.g. an aggregate): rare
-    if not ok.all():
-        rows, fast_idx, halves = rows[ok], fast_idx[ok], halves[ok]
-    out.present[fast_idx] = True
-    out.event_time_ms[fast_idx] = rows["t"]
-    out.version_tag[fast_idx] = rows["tag"]
-    if len(fast_idx) == len(out.present):  # every value present and fast: convert in place
-        np.take(_HALF_TO_FLOAT, halves, out=out.vectors)
+
+
+def _merge(a: DecodedRows, b: DecodedRows, corrupt: int) -> DecodedRows:
+    """Both row sets in ascending input order; ``corrupt`` plus both sets' counts."""
+    index = np.concatenate([a.index, b.index])
+    order = np.argsort(index, kind="stable")
+    return DecodedRows(
+        index[order],
+        np.concatenate([a.event_time_ms, b.event_time_ms])[order],
+        np.concatenate([a.version_tag, b.version_tag])[order],
+        np.concatenate([a.vectors, b.vectors])[order],
+        corrupt + a.corrupt + b.corrupt,
+    )
+
+
+def decode_many(values: Sequence[bytes | None], dim: int) -> DecodedVectors:
+    """Decode ``values`` (raw store values or ``None``) into arrays aligned with the input, of
+    width ``dim`` (see :func:`decode_rows`). Never raises on value content."""
+    n = len(values)
+    rows = decode_rows(values, dim)
+    present = np.zeros(n, dtype=bool)
+    present[rows.index] = True
+    times = np.zeros(n, dtype=np.int64)
+    times[rows.index] = rows.event_time_ms
+    tags = np.zeros(n, dtype=np.uint32)
+    tags[rows.index] = rows.version_tag
+    if len(rows.index) == n:
+        vectors = rows.vectors
     else:
-        out.vectors[fast_idx] = np.take(_HALF_TO_FLOAT, halves)
-    return other, bad
+        vectors = np.zeros((n, dim), dtype=np.float32)
+        vectors[rows.index] = rows.vectors
+    return DecodedVectors(present, times, tags, vectors, rows.corrupt)

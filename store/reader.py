@@ -25,8 +25,9 @@ import numpy as np
 
 from schemas.limits import MIN_EVENT_TIME_MS
 from schemas.records import PairEmbedding
-from store.batch_decode import decode_many
+from store.batch_decode import decode_many, decode_rows
 from store.errors import CorruptValue, StoreError, StoreTimeout
+from store.keys import PairGrid
 from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
 from store.values import decode_neighbours, encode_pair
@@ -183,7 +184,7 @@ class FeatureReader:
         return False
 
     def _fresh(
-        self, present: np.ndarray, times: np.ndarray, tags: np.ndarray, t: int, ttl: int
+        self, present: np.ndarray | bool, times: np.ndarray, tags: np.ndarray, t: int, ttl: int
     ) -> np.ndarray:
         ok = present & (times < t) & (t - times <= ttl)
         if self.config.version_tag is not None:
@@ -196,19 +197,11 @@ class FeatureReader:
         """Round 1 (own keys), then round 2 (neighbours) if budget is left. True = deadline hit."""
         cfg = self.config
         res = self.store.read(
-            ReadBatch(pairs=[(user, i) for i in items], aggregates=[user], neighbours=[user]),
+            ReadBatch(pairs=PairGrid((user,), items), aggregates=(user,), neighbours=(user,)),
             timeout_ms=budget,
         )
         self.stats.round_trips += 1
-        pairs = decode_many(res.pairs, cfg.dim)
-        self.stats.corrupt_values += pairs.corrupt
-        exact = self._fresh(
-            pairs.present, pairs.event_time_ms, pairs.version_tag, t, cfg.pair_ttl_ms
-        )
-        out.vectors[exact] = pairs.vectors[exact]
-        out.tiers[exact] = Tier.EXACT
-        out.ages_ms[exact] = t - pairs.event_time_ms[exact]
-        rest = ~exact
+        rest = self._fill_exact(res.pairs, t, out)
         if not rest.any():
             return False
         agg = decode_many(res.aggregates, cfg.dim)
@@ -228,6 +221,24 @@ class FeatureReader:
             items, t, nb_ids, nb_weights, np.flatnonzero(rest), remaining, out
         )
         return False
+
+    def _fill_exact(self, values: list[bytes | None], t: int, out: Lookup) -> np.ndarray:
+        """Serve the fresh pair values as exact; returns the mask of candidates still to fill."""
+        rows = decode_rows(values, self.config.dim)
+        self.stats.corrupt_values += rows.corrupt
+        rest = np.ones(len(values), dtype=bool)
+        if not len(rows.index):
+            return rest
+        fresh = self._fresh(True, rows.event_time_ms, rows.version_tag, t, self.config.pair_ttl_ms)
+        if fresh.all():
+            idx, vectors, times = rows.index, rows.vectors, rows.event_time_ms
+        else:
+            idx, vectors, times = rows.index[fresh], rows.vectors[fresh], rows.event_time_ms[fresh]
+        out.vectors[idx] = vectors
+        out.tiers[idx] = Tier.EXACT
+        out.ages_ms[idx] = t - times
+        rest[idx] = False
+        return rest
 
     def _neighbours(
         self, user: int, items: list[int], raw: bytes | None, t: int
@@ -265,10 +276,9 @@ class FeatureReader:
         k, m = len(nb_ids), len(rest_idx)
         with_pairs = k * m <= cfg.max_neighbour_pair_keys
         rest_items = [items[j] for j in rest_idx]
-        pair_keys = [(int(u), i) for u in nb_ids for i in rest_items] if with_pairs else []
-        res = self.store.read(
-            ReadBatch(pairs=pair_keys, aggregates=[int(u) for u in nb_ids]), budget
-        )
+        users = nb_ids.tolist()
+        pair_keys = PairGrid(users, rest_items) if with_pairs else ()
+        res = self.store.read(ReadBatch(pairs=pair_keys, aggregates=users), budget)
         self.stats.round_trips += 1
         filled = np.zeros(m, dtype=bool)
         if with_pairs:

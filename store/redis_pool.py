@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable, Sequence
 
 import hiredis
 import redis
@@ -62,11 +63,36 @@ class _Conn:
             log.debug("closing a read connection failed", exc_info=True)
 
 
+def pack_keys(keys: Iterable[bytes]) -> bytes:
+    """``keys`` as consecutive RESP bulk strings (the arguments of a command)."""
+    return b"".join([b"$%d\r\n%s\r\n" % (len(k), k) for k in keys])
+
+
+def pack_headed_keys(head: str, tails: Sequence[int]) -> bytes:
+    """Bulk strings of the keys ``f"{head}{tail}"`` (one user's pair keys), without building
+    each key first: the request path's 500 keys cost one ``str`` per id and one join when the
+    ids have one length (a run of keys of equal length shares its ``$<len>`` prefix)."""
+    if not head.isascii():  # lengths below count characters: they must be bytes
+        return pack_keys([f"{head}{t}".encode() for t in tails])
+    texts = list(map(str, tails))
+    if not texts:
+        return b""
+    lengths = set(map(len, texts))
+    if len(lengths) == 1:
+        pre = f"${len(head) + lengths.pop()}\r\n{head}"
+        return (pre + ("\r\n" + pre).join(texts) + "\r\n").encode()
+    size = len(head)
+    return "".join([f"${size + len(t)}\r\n{head}{t}\r\n" for t in texts]).encode()
+
+
+def mget_header(n_keys: int) -> bytes:
+    """The RESP array header and command name of an ``MGET`` of ``n_keys`` keys."""
+    return b"*%d\r\n$4\r\nMGET\r\n" % (n_keys + 1)
+
+
 def pack_mget(keys: list[bytes]) -> bytes:
     """The RESP encoding of ``MGET keys...``."""
-    parts = [b"*%d\r\n$4\r\nMGET\r\n" % (len(keys) + 1)]
-    parts.extend(b"$%d\r\n%s\r\n" % (len(k), k) for k in keys)
-    return b"".join(parts)
+    return mget_header(len(keys)) + pack_keys(keys)
 
 
 def _remaining(deadline: float) -> float:
@@ -131,7 +157,11 @@ class ReadPool:
         Raises :class:`StoreTimeout` at the deadline and :class:`StoreUnavailable` on any other
         failure, including "no open connection" (immediately: the request path never connects).
         """
-        data = pack_mget(keys)
+        return self.mget_packed(pack_mget(keys), len(keys), deadline)
+
+    def mget_packed(self, data: bytes, n_keys: int, deadline: float) -> list[bytes | None]:
+        """:meth:`mget` of a command already packed (:func:`mget_header` + bulk strings of
+        ``n_keys`` keys), so callers can pack keys without building them one by one."""
         _remaining(deadline)  # no budget left: fail before touching (and losing) a connection
         try:
             c = self._idle.popleft()
@@ -150,14 +180,14 @@ class ReadPool:
                 self._repair.put(c)
             else:  # a half-sent command leaves the stream unusable
                 self._drop(c)
-            raise StoreTimeout(f"redis MGET of {len(keys)} keys missed its deadline") from exc
+            raise StoreTimeout(f"redis MGET of {n_keys} keys missed its deadline") from exc
         except (OSError, hiredis.ProtocolError) as exc:
             self._drop(c)
             raise StoreUnavailable(f"redis read failed: {exc!r}") from exc
         self._keep(c)
         if isinstance(reply, hiredis.ReplyError):
             raise StoreUnavailable(f"redis refused MGET: {reply}")
-        if not isinstance(reply, list) or len(reply) != len(keys):
+        if not isinstance(reply, list) or len(reply) != n_keys:
             raise StoreUnavailable(f"unexpected MGET reply of type {type(reply).__name__}")
         return reply
 

@@ -23,9 +23,9 @@ from redis.retry import Retry
 
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
-from store.keys import KeyLayout
+from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch, ReadResult
-from store.redis_pool import ReadPool
+from store.redis_pool import ReadPool, mget_header, pack_headed_keys, pack_keys
 
 _WRITE_TIMEOUT_S = 5.0
 #: read connections: one per reading thread is enough; spares cover the ones being repaired
@@ -114,22 +114,40 @@ class RedisStore(KeyedWrites):
         """The keys one read of ``batch`` fetches, in result order."""
         lay = self.layout
         keys: list[bytes] = []
-        # Pairs come grouped by user (one user per request; neighbour rounds are user-major):
-        # one ``pairs`` call per run of equal users, with no per-key check of the user.
-        for user, run in groupby(batch.pairs, key=itemgetter(0)):
-            keys.extend(lay.pairs(user, [i for _, i in run]))
+        pairs = batch.pairs
+        if isinstance(pairs, PairGrid):
+            for user in pairs.users:
+                keys.extend(lay.pairs(user, pairs.items))
+        else:
+            # Pairs come grouped by user (one user per request; neighbour rounds are
+            # user-major): one ``pairs`` call per run of equal users, no per-key user check.
+            for user, run in groupby(pairs, key=itemgetter(0)):
+                keys.extend(lay.pairs(user, [i for _, i in run]))
         keys.extend(lay.aggregate(u) for u in batch.aggregates)
         keys.extend(lay.neighbours(u) for u in batch.neighbours)
         return keys
 
+    def _pack(self, batch: ReadBatch) -> bytes:
+        """The ``MGET`` arguments of :meth:`keys_for`, packed without building the pair keys
+        one by one when the pairs are a :class:`~store.keys.PairGrid` (the reader's)."""
+        pairs = batch.pairs
+        if not isinstance(pairs, PairGrid):
+            return pack_keys(self.keys_for(batch))
+        lay = self.layout
+        parts = [pack_headed_keys(lay.pair_head(u), pairs.items) for u in pairs.users]
+        parts.append(pack_keys([lay.aggregate(u) for u in batch.aggregates]))
+        parts.append(pack_keys([lay.neighbours(u) for u in batch.neighbours]))
+        return b"".join(parts)
+
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         deadline = time.monotonic() + timeout_ms / 1000.0
-        keys = self.keys_for(batch)
-        if not keys:
+        n_keys = batch.size()
+        if not n_keys:
             return ReadResult()
+        body = self._pack(batch)
         pool = self._read_pool()
         self.round_trips += 1
-        values = pool.mget(keys, deadline)
+        values = pool.mget_packed(mget_header(n_keys) + body, n_keys, deadline)
         n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
         return ReadResult(
             pairs=values[:n_pairs],

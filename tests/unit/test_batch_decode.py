@@ -6,7 +6,7 @@ import numpy as np
 
 from schemas.records import PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
-from store.batch_decode import decode_many
+from store.batch_decode import decode_many, decode_rows
 from store.values import decode_vector, encode_aggregate, encode_pair, version_tag
 
 T0 = 1_700_000_000_000
@@ -82,3 +82,29 @@ def test_a_flipped_bit_anywhere_makes_the_value_corrupt() -> None:
         values.append(bytes(raw))
     got = decode_many(values, DIM)
     assert got.corrupt == len(good) and not got.present.any()
+
+
+def _pair_of(vec: list[float]) -> bytes:
+    return encode_pair(PairEmbedding.from_array(1, 1, T0, "fm", np.array(vec, np.float32)))
+
+
+def test_one_non_finite_element_rejects_only_its_row() -> None:
+    big = [65504.0] * DIM  # the largest float16s: their row sum stays finite, so it is served
+    one_inf = [0.5] * (DIM - 1) + [float("inf")]
+    both_infs = [float("inf"), float("-inf")] + [0.0] * (DIM - 2)  # sums to NaN
+    got = decode_many([_pair_of(big), _pair_of(one_inf), _pair_of(both_infs)], DIM)
+    assert got.present.tolist() == [True, False, False] and got.corrupt == 2
+    np.testing.assert_array_equal(got.vectors[0], np.float32(65504.0))
+
+
+def test_decode_rows_is_the_compact_form_of_decode_many() -> None:
+    agg = encode_aggregate(UserAggregate.from_array(1, T0, 10, 3, "fm", np.ones(DIM, np.float32)))
+    values = [None, _pair(1, VectorDtype.FLOAT32), _pair(2), b"junk", agg, None, _pair(6)]
+    rows = decode_rows(values, DIM)
+    full = decode_many(values, DIM)
+    assert rows.index.tolist() == [1, 2, 4, 6] == np.flatnonzero(full.present).tolist()
+    assert rows.corrupt == full.corrupt == 1
+    np.testing.assert_array_equal(rows.vectors, full.vectors[rows.index])
+    np.testing.assert_array_equal(rows.event_time_ms, full.event_time_ms[rows.index])
+    np.testing.assert_array_equal(rows.version_tag, full.version_tag[rows.index])
+    assert decode_rows([None, None], DIM).index.tolist() == []
