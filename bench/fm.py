@@ -19,6 +19,7 @@ that size too (``live_over_bare_matched``).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -200,6 +201,35 @@ def _bare_at(
     return pairs / secs
 
 
+def _bare_cpu_us(
+    bare: ort.InferenceSession,
+    fm: FMRunner,
+    props: list[PairProposal],
+    hists: list[UserHistory],
+    size: int,
+    seconds: float,
+) -> float | None:
+    """Bare's CPU time per pair (µs, this process): next to the worker's CPU per pair it
+    compares work done, which other jobs on the machine change far less than wall-clock rates."""
+    batches = _batches(fm, props, hists, size, limit=8)
+    start = time.process_time()
+    pairs, _ = _rate(lambda b: bare.run(None, b.tensors), batches, seconds) if batches else (0, 0)
+    return _per_pair_us(time.process_time() - start, pairs)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) of process ``pid`` so far; 0 where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _per_pair_us(cpu_s: float, pairs: float) -> float | None:
+    return cpu_s / pairs * 1e6 if pairs > 0 and cpu_s > 0 else None
+
+
 def _live(
     settings: Settings, bundle: Path, wl: PairWorkload, cfg: FMConfig, log_dir: Path
 ) -> dict[str, Any]:
@@ -210,18 +240,19 @@ def _live(
         produce_s = run.produce_verified(wl.messages)
         total = wl.pairs
         run.start("fm", "embed", metrics_port=port)
+        pid = run.children.procs[-1][1].pid
         deadline = time.monotonic() + cfg.live_timeout_s
-        first: tuple[float, float] | None = None
-        last: tuple[float, float] = (0.0, 0.0)
+        first: tuple[float, float, float] | None = None
+        last: tuple[float, float, float] = (0.0, 0.0, 0.0)
         while last[1] < total:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"live FM wrote {last[1]:.0f} of {total} pairs in time")
             n = scrape(port, EMBEDDED) or 0.0
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), _cpu_seconds(pid)
             if n and first is None:
-                first = (now, n)
+                first = (now, n, cpu)
             if n != last[1]:
-                last = (now, n)
+                last = (now, n, cpu)
             run.children.check()
             time.sleep(cfg.poll_s)
         calls = scrape(port, FM_CALLS) or 0.0
@@ -234,6 +265,7 @@ def _live(
         "produce_seconds": produce_s,
         "seconds_first_to_last": span,
         "pairs_per_s": (last[1] - first[1]) / span if span > 0 else None,
+        "worker_cpu_us_per_pair": _per_pair_us(last[2] - first[2], last[1] - first[1]),
         "fm_calls": int(calls),
         "pairs_per_fm_call": total / calls if calls else None,
         "timed_by": f"Prometheus {EMBEDDED}, polled every {cfg.poll_s * 1000:.0f} ms",
@@ -283,6 +315,9 @@ def run_fm(settings: Settings, cfg: FMConfig | None = None, smoke: bool = False)
         )
         live["bare_around_live_pairs_per_s"] = (before + after) / 2
         live["bare_at_live_batch_pairs_per_s"] = matched
+        live["bare_cpu_us_per_pair"] = _bare_cpu_us(
+            bare, fm, props, hists, ref, cfg.bare_around_live_s
+        )
         results["live"] = live
         ratios[f"live_over_bare_{ref}"] = ratio(live["pairs_per_s"], (before + after) / 2)
         ratios["live_over_bare_matched"] = ratio(live["pairs_per_s"], matched)
@@ -311,7 +346,13 @@ def fm_table(res: BenchResult) -> list[list[str]]:
                 f"{live['bare_around_live_pairs_per_s']:,.0f}",
                 f"{live['pairs_per_s']:,.0f}",
                 f"{live['pairs_per_s'] / live['bare_around_live_pairs_per_s']:.3f}",
-                "",
+                _cpu_cell(live),
             ]
         )
     return rows
+
+
+def _cpu_cell(live: dict[str, Any]) -> str:
+    """CPU µs per pair, live worker / bare (the live row's last cell)."""
+    cpu, bare = live.get("worker_cpu_us_per_pair"), live.get("bare_cpu_us_per_pair")
+    return f"CPU µs/pair {cpu:.0f} live, {bare:.0f} bare" if cpu and bare else ""
