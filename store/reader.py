@@ -30,7 +30,7 @@ from store.errors import CorruptValue, StoreError, StoreTimeout
 from store.keys import PairGrid
 from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
-from store.values import decode_neighbours, encode_pair
+from store.values import StoredVector, decode_neighbours, decode_vector, encode_pair
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +204,11 @@ class FeatureReader:
         rest = self._fill_exact(res.pairs, t, out)
         if not rest.any():
             return False
-        agg = decode_many(res.aggregates, cfg.dim)
-        self.stats.corrupt_values += agg.corrupt
-        if self._fresh(agg.present, agg.event_time_ms, agg.version_tag, t, cfg.aggregate_ttl_ms)[0]:
-            out.vectors[rest] = agg.vectors[0]
+        agg = self._fresh_one(res.aggregates[0], t, cfg.aggregate_ttl_ms)
+        if agg is not None:
+            out.vectors[rest] = agg.array()
             out.tiers[rest] = Tier.AGGREGATE
-            out.ages_ms[rest] = t - agg.event_time_ms[0]
+            out.ages_ms[rest] = t - agg.event_time_ms
             return False
         nb_ids, nb_weights = self._neighbours(user, items, res.neighbours[0], t)
         if nb_ids.size == 0:
@@ -221,6 +220,25 @@ class FeatureReader:
             items, t, nb_ids, nb_weights, np.flatnonzero(rest), remaining, out
         )
         return False
+
+    def _fresh_one(self, raw: bytes | None, t: int, ttl: int) -> StoredVector | None:
+        """One value (the user's aggregate), if valid and fresh: :meth:`_fresh` and
+        :func:`~store.batch_decode.decode_many`'s checks, without a batch's fixed costs."""
+        if raw is None:
+            return None
+        try:
+            value = decode_vector(raw)
+        except CorruptValue:
+            value = None
+        if value is None or value.dim != self.config.dim:
+            self.stats.corrupt_values += 1
+            return None
+        tag = self.config.version_tag
+        if tag is not None and value.version_tag != tag:
+            return None
+        if value.event_time_ms < t and t - value.event_time_ms <= ttl:
+            return value
+        return None
 
     def _fill_exact(self, values: list[bytes | None], t: int, out: Lookup) -> np.ndarray:
         """Serve the fresh pair values as exact; returns the mask of candidates still to fill."""

@@ -251,3 +251,38 @@ def test_reader_warms_a_store_that_keeps_connections() -> None:
     s = _Warm()
     FeatureReader(s, ReaderConfig(dim=DIM))
     assert s.warmed == 1
+
+
+def _agg_value(dim: int, t: int, version: str = "fm") -> UserAggregate:
+    return UserAggregate.from_array(1, t, 24 * HOUR, 2, version, np.full(dim, 0.25, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("record", "tier", "corrupt"),
+    [
+        (_agg_value(DIM, T0), Tier.AGGREGATE, 0),
+        (_agg_value(DIM, T0, version="old"), Tier.MISSING, 0),  # another FM: not served
+        (_agg_value(DIM * 2, T0), Tier.MISSING, 1),  # another dim: corrupt
+        (_agg_value(DIM, T0 + 5), Tier.MISSING, 0),  # from a later event
+        (_agg_value(DIM, T0 - HOUR), Tier.MISSING, 0),  # past its TTL at T0 + 1
+        (_agg_value(DIM, -(2**63)), Tier.MISSING, 1),  # out of bounds: corrupt
+    ],
+)
+def test_own_aggregate_is_checked_like_every_other_value(
+    store: InMemoryStore, record: UserAggregate, tier: Tier, corrupt: int
+) -> None:
+    store.write_aggregates([record], HOUR)
+    r = reader(store, version_tag=version_tag("fm"))
+    vectors, tiers, _ = r.lookup(1, [10, 11], T0 + 1)
+    assert tiers.tolist() == [tier, tier] and r.stats.corrupt_values == corrupt
+    if tier == Tier.AGGREGATE:
+        np.testing.assert_allclose(vectors, np.full((2, DIM), 0.25))
+
+
+def test_a_corrupt_own_aggregate_falls_through_to_neighbours(store: InMemoryStore) -> None:
+    store.write_aggregates([_agg_value(DIM, 2**62), agg(2, T0, 4.0)], HOUR)
+    store.write_neighbours([NeighbourList(1, T0, (2,), (1.0,))], HOUR)
+    r = reader(store)
+    vectors, tiers, _ = r.lookup(1, [10], T0 + 1)
+    assert tiers.tolist() == [Tier.NEIGHBOUR_AGGREGATE] and r.stats.corrupt_values == 1
+    np.testing.assert_allclose(vectors[0], vec(4.0))
