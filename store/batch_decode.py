@@ -20,13 +20,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, repeat
 from operator import is_not
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
 from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 from store.errors import CorruptValue
-from store.values import CRC_RESIDUE, FORMAT_PAIR, PAIR_OVERHEAD, decode_vector
+from store.values import (
+    CRC_RESIDUE,
+    FORMAT_AGGREGATE,
+    FORMAT_PAIR,
+    PAIR_OVERHEAD,
+    decode_vector,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +68,25 @@ _HALF_TO_FLOAT = (
 )
 #: float16 exponent bits; all set = infinity or NaN
 _HALF_EXP = np.uint16(0x7C00)
+#: value length minus 2 x dim -> the float16 layout decoded in bulk (an aggregate adds a count)
+_FAST_FORMATS = {PAIR_OVERHEAD: FORMAT_PAIR, PAIR_OVERHEAD + 4: FORMAT_AGGREGATE}
 
 
-@lru_cache(maxsize=8)
-def _pair_dtype(dim: int) -> np.dtype:
-    return np.dtype(
-        [
-            ("fmt", "u1"),
-            ("dt", "u1"),
-            ("dim", "<u2"),
-            ("t", "<i8"),
-            ("tag", "<u4"),
-            ("vec", "<u2", (dim,)),  # float16 bit patterns, converted through the table
-            ("crc", "<u4"),
-        ]
-    )
-
-
-def _fast_len(dim: int) -> int:
-    return PAIR_OVERHEAD + 2 * dim
+@lru_cache(maxsize=16)
+def _layout(dim: int, fmt: int) -> np.dtype:
+    """The float16 pair (or, with ``count``, aggregate) value of ``dim`` as one record."""
+    fields: list[tuple[Any, ...]] = [
+        ("fmt", "u1"),
+        ("dt", "u1"),
+        ("dim", "<u2"),
+        ("t", "<i8"),
+        ("tag", "<u4"),
+    ]
+    if fmt == FORMAT_AGGREGATE:
+        fields.append(("count", "<u4"))
+    fields.append(("vec", "<u2", (dim,)))  # float16 bit patterns, converted through the table
+    fields.append(("crc", "<u4"))
+    return np.dtype(fields)
 
 
 def decode_rows(values: Sequence[bytes | None], dim: int) -> DecodedRows:
@@ -96,17 +102,26 @@ def decode_rows(values: Sequence[bytes | None], dim: int) -> DecodedRows:
     if not raw:
         return _empty_rows(dim, 0)
     crcs = list(map(zlib.crc32, raw))
-    if crcs.count(CRC_RESIDUE) == len(raw) and set(map(len, raw)) == {_fast_len(dim)}:
-        rows, other, bad = _decode_fast(raw, index, dim)  # the common case: all sealed, one size
-        if not len(other):
-            return DecodedRows(rows.index, rows.event_time_ms, rows.version_tag, rows.vectors, bad)
-        return _merge(rows, _decode_slow(values, other, dim), bad)
+    sizes = set(map(len, raw))
+    if crcs.count(CRC_RESIDUE) == len(raw) and len(sizes) == 1:  # the common case
+        fmt = _FAST_FORMATS.get(sizes.pop() - 2 * dim)
+        if fmt is not None:
+            rows, other = _decode_fast(raw, index, dim, fmt)
+            return _merge_all([rows, _decode_slow(values, other, dim)]) if len(other) else rows
     sealed = np.array(crcs, dtype=np.uint32) == CRC_RESIDUE
-    fast = sealed & (np.fromiter(map(len, raw), dtype=np.intp, count=len(raw)) == _fast_len(dim))
+    lengths = np.fromiter(map(len, raw), dtype=np.intp, count=len(raw))
     corrupt = len(raw) - int(sealed.sum())
-    rows, other, bad = _decode_fast(list(compress(raw, fast.tolist())), index[fast], dim)
-    slow_idx = np.sort(np.concatenate([index[sealed & ~fast], other]))
-    return _merge(rows, _decode_slow(values, slow_idx, dim), corrupt + bad)
+    parts: list[DecodedRows] = []
+    slow = sealed
+    for overhead, fmt in _FAST_FORMATS.items():
+        fast = sealed & (lengths == overhead + 2 * dim)
+        if fast.any():
+            rows, other = _decode_fast(list(compress(raw, fast.tolist())), index[fast], dim, fmt)
+            parts.append(rows)
+            slow = slow & ~fast
+            slow[np.searchsorted(index, other)] = True  # another layout of that length
+    parts.append(_decode_slow(values, index[slow], dim))
+    return _merge_all(parts, corrupt)
 
 
 def _empty_rows(dim: int, corrupt: int) -> DecodedRows:
@@ -120,15 +135,14 @@ def _empty_rows(dim: int, corrupt: int) -> DecodedRows:
 
 
 def _decode_fast(
-    raw: list[bytes], index: np.ndarray, dim: int
-) -> tuple[DecodedRows, np.ndarray, int]:
-    """Decode sealed values of the common length: their valid rows, the indices of values of
-    another layout of that length (for the slow path) and the number of corrupt ones."""
-    if not raw:
-        return _empty_rows(dim, 0), np.zeros(0, np.intp), 0
-    rows = np.frombuffer(b"".join(raw), dtype=_pair_dtype(dim))
+    raw: list[bytes], index: np.ndarray, dim: int, fmt: int
+) -> tuple[DecodedRows, np.ndarray]:
+    """Decode sealed values of the length of ``fmt`` values (float16, ``dim``): their valid
+    rows (with the number of corrupt ones) and the indices of values of another layout of that
+    length, for the slow path."""
+    rows = np.frombuffer(b"".join(raw), dtype=_layout(dim, fmt))
     times, halves = rows["t"], rows["vec"]
-    common = (rows["fmt"] == FORMAT_PAIR) & (rows["dt"] == 0)
+    common = (rows["fmt"] == fmt) & (rows["dt"] == 0)
     ok = (
         common
         & (rows["dim"] == dim)
@@ -136,12 +150,13 @@ def _decode_fast(
         & (times < MAX_EVENT_TIME_MS)
         & ~((halves & _HALF_EXP) == _HALF_EXP).any(axis=1)  # no infinity or NaN
     )
+    if fmt == FORMAT_AGGREGATE:
+        ok &= rows["count"] != 0
     vecs = np.take(_HALF_TO_FLOAT, halves)
     if ok.all():
-        return DecodedRows(index, times, rows["tag"], vecs, 0), index[:0], 0
+        return DecodedRows(index, times, rows["tag"], vecs, 0), index[:0]
     bad = int((common & ~ok).sum())
-    out = DecodedRows(index[ok], times[ok], rows["tag"][ok], vecs[ok], 0)
-    return out, index[~common], bad  # another layout of the same length (e.g. an aggregate)
+    return DecodedRows(index[ok], times[ok], rows["tag"][ok], vecs[ok], bad), index[~common]
 
 
 def _decode_slow(values: Sequence[bytes | None], idx: np.ndarray, dim: int) -> DecodedRows:
@@ -175,16 +190,16 @@ def _decode_slow(values: Sequence[bytes | None], idx: np.ndarray, dim: int) -> D
     )
 
 
-def _merge(a: DecodedRows, b: DecodedRows, corrupt: int) -> DecodedRows:
-    """Both row sets in ascending input order; ``corrupt`` plus both sets' counts."""
-    index = np.concatenate([a.index, b.index])
+def _merge_all(parts: list[DecodedRows], corrupt: int = 0) -> DecodedRows:
+    """All row sets in ascending input order; ``corrupt`` plus every set's count."""
+    index = np.concatenate([p.index for p in parts])
     order = np.argsort(index, kind="stable")
     return DecodedRows(
         index[order],
-        np.concatenate([a.event_time_ms, b.event_time_ms])[order],
-        np.concatenate([a.version_tag, b.version_tag])[order],
-        np.concatenate([a.vectors, b.vectors])[order],
-        corrupt + a.corrupt + b.corrupt,
+        np.concatenate([p.event_time_ms for p in parts])[order],
+        np.concatenate([p.version_tag for p in parts])[order],
+        np.concatenate([p.vectors for p in parts])[order],
+        corrupt + sum(p.corrupt for p in parts),
     )
 
 

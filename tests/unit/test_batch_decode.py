@@ -108,3 +108,31 @@ def test_decode_rows_is_the_compact_form_of_decode_many() -> None:
     np.testing.assert_array_equal(rows.event_time_ms, full.event_time_ms[rows.index])
     np.testing.assert_array_equal(rows.version_tag, full.version_tag[rows.index])
     assert decode_rows([None, None], DIM).index.tolist() == []
+
+
+def _agg(i: int, count: int = 3, dim: int = DIM) -> bytes:
+    vec = np.random.default_rng(100 + i).normal(size=dim).astype(np.float32)
+    return encode_aggregate(UserAggregate.from_array(1, T0 + i, 10, count, "fm", vec))
+
+
+def test_aggregates_decode_in_bulk_like_the_scalar_decoder() -> None:
+    aggs = [_agg(i) for i in range(5)]
+    for values in (aggs, [*aggs, _pair(7)], [None, *aggs[:2]]):
+        got = decode_many(values, DIM)
+        assert got.corrupt == 0 and got.present.tolist() == [v is not None for v in values]
+        for i, raw in enumerate(values):
+            if raw is not None:
+                want = decode_vector(raw)
+                np.testing.assert_array_equal(got.vectors[i], want.array())
+                assert got.event_time_ms[i] == want.event_time_ms
+
+
+def test_bulk_aggregate_checks_match_the_scalar_decoder() -> None:
+    # count 0 is corrupt; a pair of dim + 2 has an aggregate's length but another layout
+    values = [_agg(0), _agg(1, count=0), _pair_of_dim(DIM + 2), _agg(3)]
+    got = decode_many(values, DIM)
+    assert got.present.tolist() == [True, False, False, True] and got.corrupt == 2
+
+
+def _pair_of_dim(dim: int) -> bytes:
+    return encode_pair(PairEmbedding.from_array(1, 1, T0, "fm", np.ones(dim, np.float32)))
