@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiokafka.errors
 import faust
 import faust.tables.base
 import pytest
@@ -50,19 +53,26 @@ def verified(n: int) -> list[ProposalBatch]:
     return out
 
 
-def run_embed(settings: Settings, values: list[bytes], monkeypatch: pytest.MonkeyPatch) -> Any:
+def run_embed(
+    settings: Settings,
+    values: list[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    fm: FakeFM | None = None,
+    body: Callable[[faust.App], Awaitable[None]] | None = None,
+) -> Any:
+    """Run the embed agent on ``values`` (or ``body``); (sends, components, FM)."""
     sent = Sent()
     monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
     close_current_loop()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    fm = FakeFM(4)
+    fm = fm or FakeFM(4)
     parts = Components(settings, EngineModels(fm), InMemoryStore())
     app = create_app(settings, ["embed"], parts, store="memory://")
     app.finalize()
     app.flow_control.resume()
     try:
-        loop.run_until_complete(put(app, "embed", values))
+        loop.run_until_complete(body(app) if body else put(app, "embed", values))
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
@@ -116,3 +126,34 @@ def test_embed_messages_equals_embed_over_their_pairs() -> None:
     got = Embedder(FakeFM(4)).embed_messages(msgs, [it.history for it in items])
     assert got == want
     assert Embedder(FakeFM(4)).embed_messages([], []) == []
+
+
+class BrokenFM(FakeFM):
+    """Fails its second call with an infrastructure error (not the message's fault); later
+    calls are slow, so groups not cancelled would still be running when the test looks."""
+
+    def embed(self, *args: Any) -> Any:
+        if self.calls == 1:
+            self.calls += 1
+            raise aiokafka.errors.KafkaConnectionError("broker gone")
+        if self.calls > 1:
+            time.sleep(0.2)
+        return super().embed(*args)
+
+
+def test_an_infrastructure_error_crashes_the_agent_and_leaves_no_group_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=40)
+    codec = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec
+    left: list[int] = []
+
+    async def body(app: faust.App) -> None:
+        await put(app, "embed", [codec.encode(m) for m in verified(60)])
+        assert app.agents["embed"]._crashed
+        running = [t for t in asyncio.all_tasks() if "embed_and_store" in repr(t.get_coro())]
+        left.append(len(running))
+
+    sent, _, _ = run_embed(settings, [], monkeypatch, fm=BrokenFM(4), body=body)
+    assert left == [0]
+    assert "embed-unit.dead-letter" not in sent.by_topic  # not the messages' fault

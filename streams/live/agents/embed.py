@@ -89,10 +89,12 @@ class EmbedAgent:
             msg = embedding_batch(b, mine)
             deliveries.append(await self.ctx.send("embeddings", b.user_id, msg, b.event_time_ms))
 
-    async def start_groups(self, events: list[Any]) -> list[asyncio.Task[EmbedOutcome[Any]]]:
-        """Decode ``events`` and start each FM group as soon as its messages are decoded."""
+    async def start_groups(
+        self, events: list[Any], tasks: list[asyncio.Task[EmbedOutcome[Any]]]
+    ) -> None:
+        """Decode ``events`` and start each FM group as soon as its messages are decoded
+        (appended to ``tasks``: the caller cancels them if decoding fails half-way)."""
         target = group_pairs(self.settings.embed_batch_pairs, len(events), self.pairs_per_message)
-        tasks: list[asyncio.Task[EmbedOutcome[Any]]] = []
         group: list[EmbedInput[Any]] = []
         size = n_pairs = n_items = 0
         for event in events:
@@ -114,13 +116,12 @@ class EmbedAgent:
             tasks.append(asyncio.ensure_future(self.embed_and_store(group)))
         if n_items:
             self.pairs_per_message = 0.8 * self.pairs_per_message + 0.2 * (n_pairs / n_items)
-        return tasks
 
     async def handle(self, events: list[Any]) -> None:
         """One batch: groups pipelined, sends in order, every delivery awaited at the end."""
         tasks: list[asyncio.Task[EmbedOutcome[Any]]] = []
         try:
-            tasks = await self.start_groups(events)
+            await self.start_groups(events, tasks)
             deliveries: list[Awaitable[Any]] = []
             for task in tasks:
                 await self.send(await task, deliveries)
