@@ -28,7 +28,7 @@ import faust
 
 from streams.engine.steps.event_time import EventClock
 from streams.kafka_security import faust_credentials
-from streams.live import faust_commits
+from streams.live import faust_commits, faust_fastpath
 from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
 from streams.live.components import Components
@@ -79,6 +79,9 @@ def faust_app(settings: Settings, aid: str, web_port: int | None, store: str) ->
         key_serializer="json",  # tables: int user ids -> JSON values; topics override with raw
         value_serializer="json",
         broker_commit_every=100,
+        # one batch per partition goes in each produce request: 16 KiB (the default) holds a
+        # few table values, so a backlog of changelog writes took many small requests
+        producer_max_batch_size=256 * 1024,
         broker_commit_interval=settings.faust_commit_interval_s,
         table_standby_replicas=0,
         producer_acks=-1,
@@ -97,6 +100,7 @@ def create_app(
     roles = frozenset(roles)
     check_roles(roles)
     faust_commits.install()  # never commit past an unacked message (see the module)
+    faust_fastpath.install()  # no tasks per fetched message when the app takes it at once
     aid = app_id(settings, roles)
     app = faust_app(settings, aid, web_port, store)
     P = settings.topic_partitions
