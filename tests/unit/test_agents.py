@@ -248,3 +248,31 @@ def test_a_failed_event_leaves_its_users_batch_state_as_before(
         assert dl.reason == "processing_error" and "bad impression" in dl.error
 
     run(body, monkeypatch)
+
+
+def test_proposal_counters_match_the_speculated_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted once per strategy and batch, the counters still add up to every proposal sent."""
+    from prometheus_client import REGISTRY
+
+    def total() -> dict[str, float]:
+        return {
+            s.labels["strategy"]: s.value
+            for m in REGISTRY.collect()
+            if m.name == "solaris_proposals"
+            for s in m.samples
+            if s.name == "solaris_proposals_total"
+        }
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        before = total()
+        reqs = [RequestEvent(f"r{n}", 7 + n % 2, T0 + n, "feed", (1, 2, 3 + n)) for n in range(4)]
+        await put(app, "speculate", [enc(r) for r in reqs])
+        out = [
+            parts.codec.decode(v, ProposalBatch) for v in sent.by_topic["agents-unit.speculated"]
+        ]
+        want = collections.Counter(s for b in out for s in b.strategies)
+        after = total()
+        assert want and {s: after[s] - before.get(s, 0.0) for s in want} == dict(want)
+
+    run(body, monkeypatch)

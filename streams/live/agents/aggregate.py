@@ -36,7 +36,8 @@ def register(ctx: AgentContext) -> None:
                 )
                 stale = aggregator.stale_dropped
                 agg = aggregator.add(state, rec.pairs())
-                metrics.STALE_EMBEDDINGS.inc(aggregator.stale_dropped - stale)
+                if aggregator.stale_dropped != stale:
+                    metrics.STALE_EMBEDDINGS.inc(aggregator.stale_dropped - stale)
                 states[rec.user_id] = (event, state)
                 if agg is not None:
                     latest[rec.user_id] = agg

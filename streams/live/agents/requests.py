@@ -6,6 +6,7 @@ each request it runs first if due, exactly where the simulator runs it.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import faust
@@ -31,6 +32,13 @@ class RequestsBatch:
         self.history = BatchState(t["history"], history_from_table)
         self.ledger = BatchState(t["ledger"], ledger_from_table)
         self.reps = BatchState(t["reps"], SavedRep.from_json, _saved_rep_to_json)
+        self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
+
+    def save(self, proposals: Any) -> None:
+        """Write the representations; count the proposals (one increment per strategy)."""
+        self.reps.save()
+        for strategy, n in self.proposals.items():
+            proposals(strategy).inc(n)
 
 
 def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
@@ -52,8 +60,7 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
                 state.reps.put(rec.user_id, new, event)
         if batch is None:
             return None
-        for strategy in batch.strategies:
-            proposals(strategy).inc()
+        state.proposals.update(batch.strategies)
         return await ctx.send("speculated", rec.user_id, batch, rec.event_time_ms)
 
     @ctx.app.agent(ctx.topics["requests"], concurrency=1, name="speculate")
@@ -67,7 +74,7 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
                     continue
                 async with ctx.processing(event):
                     pending.append(await on_request(rec, state, event))
-            state.reps.save()
+            state.save(proposals)
             for delivery in pending:  # once per batch, before Faust acks the batch
                 if delivery is not None:
                     await delivery
