@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiokafka.errors
@@ -24,7 +24,7 @@ from streams.live.app import create_app
 from streams.live.components import Components
 from streams.settings import Settings
 from tests.fakes import FakeFM
-from tests.unit.test_agents import Sent, close_current_loop, put
+from tests.unit.test_agents import Sent, close_current_loop
 
 T0 = 1_700_000_000_000
 
@@ -53,14 +53,26 @@ def verified(n: int) -> list[ProposalBatch]:
     return out
 
 
+async def feed(app: faust.App, values: list[bytes], done: Callable[[Any], bool]) -> None:
+    """Put ``values`` and poll ``done(agent)`` (the test context's agent) for 10 s at most."""
+    async with app.agents["embed"].test_context() as agent:
+        for value in values:
+            await agent.put(value, key=b"7", partition=0)
+        for _ in range(500):  # polled: a loaded machine may take a while
+            if done(agent):
+                return
+            await asyncio.sleep(0.02)
+
+
 def run_embed(
     settings: Settings,
     values: list[bytes],
     monkeypatch: pytest.MonkeyPatch,
     fm: FakeFM | None = None,
-    body: Callable[[faust.App], Awaitable[None]] | None = None,
+    until: Callable[[Any, Sent], bool] = lambda agent, sent: False,
 ) -> Any:
-    """Run the embed agent on ``values`` (or ``body``); (sends, components, FM)."""
+    """Feed ``values`` to the embed agent and wait (10 s at most) ``until`` says it is done;
+    returns (sends, components, FM)."""
     sent = Sent()
     monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
     close_current_loop()
@@ -72,7 +84,7 @@ def run_embed(
     app.finalize()
     app.flow_control.resume()
     try:
-        loop.run_until_complete(body(app) if body else put(app, "embed", values))
+        loop.run_until_complete(feed(app, values, lambda agent: until(agent, sent)))
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
@@ -91,7 +103,14 @@ def test_pipelined_groups_equal_one_call(monkeypatch: pytest.MonkeyPatch) -> Non
     codec_parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
     enc = codec_parts.codec.encode
     values = [enc(m) for m in msgs[:4]] + [enc(bad)] + [enc(m) for m in msgs[5:]]
-    sent, parts, fm = run_embed(settings, values, monkeypatch)
+
+    def done(agent: Any, sent: Sent) -> bool:
+        topics = sent.by_topic
+        return len(topics.get("embed-unit.embeddings", [])) + len(
+            topics.get("embed-unit.dead-letter", [])
+        ) >= len(values)
+
+    sent, parts, fm = run_embed(settings, values, monkeypatch, until=done)
 
     good = msgs[:4] + msgs[5:]
     ref_store = InMemoryStore()
@@ -148,12 +167,14 @@ def test_an_infrastructure_error_crashes_the_agent_and_leaves_no_group_running(
     codec = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec
     left: list[int] = []
 
-    async def body(app: faust.App) -> None:
-        await put(app, "embed", [codec.encode(m) for m in verified(60)])
-        assert app.agents["embed"]._crashed
+    def crashed(agent: Any, sent: Sent) -> bool:
+        if not agent._crashed.is_set():
+            return False
         running = [t for t in asyncio.all_tasks() if "embed_and_store" in repr(t.get_coro())]
         left.append(len(running))
+        return True
 
-    sent, _, _ = run_embed(settings, [], monkeypatch, fm=BrokenFM(4), body=body)
-    assert left == [0]
+    values = [codec.encode(m) for m in verified(60)]
+    sent, _, _ = run_embed(settings, values, monkeypatch, fm=BrokenFM(4), until=crashed)
+    assert left == [0], left
     assert "embed-unit.dead-letter" not in sent.by_topic  # not the messages' fault
