@@ -27,7 +27,9 @@ import numpy as np
 import onnxruntime as ort
 
 from models.errors import InferenceError, InputError
-from models.features import RawHistory, Vocab, fm_history_inputs, vm_inputs
+from models.features import Vocab, vm_inputs
+from models.features import cut_histories as cut_histories  # re-exported: serving's FM inputs
+from models.features import fm_batch_inputs as fm_batch_inputs
 
 log = logging.getLogger(__name__)
 
@@ -238,78 +240,6 @@ def _ids(name: str, values: Any, n: int | None = None) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise InputError(f"{name} must be integers, got {arr.dtype}")
     return arr.astype(np.int64, copy=False)
-
-
-def _distinct_rows(
-    histories: Sequence[UserHistory], event_time_ms: np.ndarray
-) -> tuple[list[int], np.ndarray]:
-    """Rows of the first occurrence of each distinct (history object, time), and for every row
-    the index of its distinct row. A micro-batch holds few (all pairs of one request share
-    them), so the history work is done once per request, not once per pair."""
-    firsts: list[int] = []
-    seen: dict[tuple[int, int], int] = {}
-    inverse: list[int] = []
-    last: object = object()  # matches no history
-    last_t = j = 0
-    for row, (hist, t) in enumerate(zip(histories, event_time_ms.tolist(), strict=True)):
-        if hist is not last or t != last_t:  # runs of one request's pairs skip the dict
-            key = (id(hist), t)
-            found = seen.get(key)
-            if found is None:
-                found = seen[key] = len(firsts)
-                firsts.append(row)
-            last, last_t, j = hist, t, found
-        inverse.append(j)
-    return firsts, np.array(inverse, np.intp)
-
-
-def _cut_rows(histories: Sequence[UserHistory], times: Sequence[int], length: int) -> RawHistory:
-    """Last ``length`` entries of each history strictly before its time, left-padded."""
-    b = len(histories)
-    items = np.zeros((b, length), np.int64)
-    labels = np.zeros((b, length), np.int8)
-    stamps = np.zeros((b, length), np.int64)
-    mask = np.zeros((b, length), bool)
-    for row, (hist, t) in enumerate(zip(histories, times, strict=True)):
-        end = int(np.searchsorted(hist.times_ms, t, side="left"))  # strictly before t
-        k = end - max(0, end - length)
-        if k:
-            items[row, length - k :] = hist.items[end - k : end]
-            labels[row, length - k :] = hist.labels[end - k : end]
-            stamps[row, length - k :] = hist.times_ms[end - k : end]
-            mask[row, length - k :] = True
-    return RawHistory(items, labels, stamps, mask)
-
-
-def cut_histories(
-    histories: Sequence[UserHistory], event_time_ms: np.ndarray, length: int
-) -> RawHistory:
-    """Last ``length`` entries of each history strictly before its event time, left-padded."""
-    firsts, inverse = _distinct_rows(histories, event_time_ms)
-    raw = _cut_rows([histories[r] for r in firsts], event_time_ms[firsts].tolist(), length)
-    return RawHistory(
-        raw.items[inverse], raw.labels[inverse], raw.times_ms[inverse], raw.mask[inverse]
-    )
-
-
-def fm_batch_inputs(
-    item_vocab: Vocab,
-    item_ids: np.ndarray,
-    event_time_ms: np.ndarray,
-    histories: Sequence[UserHistory],
-    length: int,
-) -> dict[str, np.ndarray]:
-    """``fm_inputs(item_vocab, item_ids, event_time_ms, cut_histories(...))``, with the history
-    tensors (cut, vocabulary lookup, time gaps) computed once per distinct (history, time)
-    and repeated by row: equal values, a fraction of the work."""
-    firsts, inverse = _distinct_rows(histories, event_time_ms)
-    times = event_time_ms[firsts]
-    raw = _cut_rows([histories[r] for r in firsts], times.tolist(), length)
-    hist = fm_history_inputs(item_vocab, times, raw)
-    return {
-        "target_item": item_vocab.lookup(item_ids),
-        **{name: arr[inverse] for name, arr in hist.items()},
-    }
 
 
 class FMRunner:
