@@ -5,7 +5,8 @@ For one user × n candidates (n in {100, 500}), d = 64, with the tier mix of
 call, each method once, in a random order) so they share the machine's noise:
 
 * **reader** — ``FeatureReader.lookup`` on ``RedisStore``: key building, one ``MGET`` (two for
-  users served from neighbours), vectorised decode, freshness and tier rules.
+  users served from neighbours, unless the reader's neighbour hint for that user holds: see
+  ``FeatureReader._fill``), vectorised decode, freshness and tier rules.
 * **floor** — exactly the keys the reader fetched for that call, prebuilt, in one pipelined round
   trip with the plain redis client and no decoding: what the network and Redis alone cost.
 * **naive** — one ``GET`` per key and one decode per value (:class:`bench.serve_data.NaiveReader`),
@@ -251,6 +252,10 @@ def run_serve(
             )
         ),
         "reader_timeouts": reader.stats.timeouts,
+        # measured calls (both sizes): neighbour hints let repeat lapsed users skip round 2
+        "reader_round_trips_per_call_measured": reader.stats.round_trips
+        / max(reader.stats.calls, 1),
+        "reader_hinted_neighbour_reads": reader.stats.hinted_neighbour_reads,
         "reader_store_errors": reader.stats.store_errors,
         "naive_serves_same_tiers": agree,
         "read_deadline_ms": settings.read_deadline_ms,
@@ -264,6 +269,7 @@ def run_serve(
             "latency_ms": pct,
             "keys_per_call_mean": float(np.mean([sum(map(len, c.rounds)) for c in measured])),
             "value_bytes_per_call_mean": float(np.mean([c.value_bytes for c in measured])),
+            # of a first lookup (no neighbour hint yet): what the floor fetches
             "reader_round_trips_per_call_mean": float(np.mean([len(c.rounds) for c in measured])),
             "by_profile_ms": _by_profile(samples[n], measured),
         }

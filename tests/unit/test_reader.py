@@ -286,3 +286,58 @@ def test_a_corrupt_own_aggregate_falls_through_to_neighbours(store: InMemoryStor
     vectors, tiers, _ = r.lookup(1, [10], T0 + 1)
     assert tiers.tolist() == [Tier.NEIGHBOUR_AGGREGATE] and r.stats.corrupt_values == 1
     np.testing.assert_allclose(vectors[0], vec(4.0))
+
+
+def _lapsed_world(store: InMemoryStore, items: list[int]) -> None:
+    """User 1: a few exact pairs, no aggregate, neighbours 2-4 with pairs, aggregates and one
+    corrupt pair of an item user 1 has exactly (never needed, so never decoded or counted)."""
+    store.write_pairs([pair(1, i, T0, 1.0) for i in items[:3]], HOUR)
+    store.write_neighbours([NeighbourList(1, T0, (2, 3, 4), (0.9, 0.5, 0.2))], HOUR)
+    store.write_pairs([pair(u, i, T0, float(u)) for u in (2, 3) for i in items[3:6]], HOUR)
+    store.write_pairs([PairEmbedding.from_array(2, items[0], T0, "fm", vec(float("nan")))], HOUR)
+    store.write_aggregates([agg(3, T0, 5.0), agg(4, T0, 7.0)], HOUR)
+
+
+@pytest.mark.parametrize(
+    ("max_pair_keys", "round_trips"),
+    # 3 neighbours x 10 items fit 2,000 (round 1 takes the pairs); 7 rest items x 3 exceed 12
+    # (aggregates only); at 25 the pairs of all items do not fit round 1 but the rest's do
+    [(2_000, 1), (12, 1), (25, 2)],
+)
+def test_a_repeat_lookup_reads_its_neighbours_in_one_round_trip(
+    store: InMemoryStore, max_pair_keys: int, round_trips: int
+) -> None:
+    items = list(range(10, 20))
+    _lapsed_world(store, items)
+    # a generous deadline: on a loaded machine a 20 ms one could skip round 2 (and the test)
+    hinted = reader(store, max_neighbour_pair_keys=max_pair_keys, deadline_ms=60_000.0)
+    plain = reader(
+        store, max_neighbour_pair_keys=max_pair_keys, neighbour_hints=0, deadline_ms=60_000.0
+    )
+    want = plain.lookup(1, items, T0 + 1)
+    first = hinted.lookup(1, items, T0 + 1)
+    before = store.round_trips
+    again = hinted.lookup(1, items, T0 + 1)
+    assert store.round_trips - before == round_trips
+    for got in (first, again):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert Tier.EXACT in want.tiers and Tier.NEIGHBOUR_AGGREGATE in want.tiers
+    assert hinted.stats.corrupt_values == plain.stats.corrupt_values * 2
+    assert hinted.stats.hinted_neighbour_reads == 2 - round_trips
+
+
+def test_a_changed_neighbour_list_is_read_in_a_second_round(store: InMemoryStore) -> None:
+    items = list(range(10, 20))
+    _lapsed_world(store, items)
+    r = reader(store, deadline_ms=60_000.0)
+    r.lookup(1, items, T0 + 1)
+    store.write_neighbours([NeighbourList(1, T0, (4,), (1.0,))], HOUR)  # only user 4 now
+    before = store.round_trips
+    vectors, tiers, _ = r.lookup(1, items, T0 + 1)
+    assert store.round_trips - before == 2 and r.stats.hinted_neighbour_reads == 0
+    assert tiers.tolist() == [Tier.EXACT] * 3 + [Tier.NEIGHBOUR_AGGREGATE] * 7
+    np.testing.assert_allclose(vectors[3:], np.full((7, DIM), 7.0))
+    store.write_aggregates([agg(1, T0, 0.5)], HOUR)  # fresh again: no neighbours, hint dropped
+    assert r.lookup(1, items, T0 + 1).tiers.tolist()[3:] == [Tier.AGGREGATE] * 7
+    assert 1 not in r._hints
