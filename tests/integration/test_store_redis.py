@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from store.errors import StoreError, StoreUnavailable
-from store.keys import KeyLayout
+from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch
 from store.redis_store import RedisStore
 from tests.contract.store_contract import StoreContract, pair
@@ -55,6 +55,15 @@ class TestRedisStore(StoreContract):
         client.close()
         assert after - before == 1
         assert store.round_trips == 1
+
+    def test_pair_grid_read_equals_the_tuple_read(self, store: RedisStore) -> None:
+        users, items = [5, 66, 777], [1, 22, 333, 4_444, 55_555, 7]  # ids of mixed lengths
+        store.write_pairs([pair(u, i) for u in users for i in items[::2]], ttl_ms=60_000)
+        grid = store.read(ReadBatch(pairs=PairGrid(users, items), aggregates=users), 2_000)
+        tuples = [(u, i) for u in users for i in items]
+        want = store.read(ReadBatch(pairs=tuples, aggregates=users), 2_000)
+        assert grid == want and store.round_trips == 2
+        assert [v is not None for v in grid.pairs] == [j % 2 == 0 for _ in users for j in range(6)]
 
     def test_physical_ttl_is_set(self, store: RedisStore, redis_url: str) -> None:
         store.write_pairs([pair(3, 30)], ttl_ms=60_000)
