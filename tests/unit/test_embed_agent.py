@@ -16,6 +16,7 @@ import pytest
 
 from schemas.records import EmbeddingBatch, ProposalBatch
 from store.memory import InMemoryStore
+from store.values import decode_vector
 from streams.engine.embedder import Embedder
 from streams.engine.models import EngineModels
 from streams.engine.steps.embed import embed_input, embedding_batch
@@ -170,7 +171,7 @@ def test_an_infrastructure_error_crashes_the_agent_and_leaves_no_group_running(
     def crashed(agent: Any, sent: Sent) -> bool:
         if not agent._crashed.is_set():
             return False
-        running = [t for t in asyncio.all_tasks() if "embed_and_store" in repr(t.get_coro())]
+        running = [t for t in asyncio.all_tasks() if "embed_group" in repr(t.get_coro())]
         left.append(len(running))
         return True
 
@@ -178,3 +179,50 @@ def test_an_infrastructure_error_crashes_the_agent_and_leaves_no_group_running(
     sent, _, _ = run_embed(settings, values, monkeypatch, fm=BrokenFM(4), until=crashed)
     assert left == [0], left
     assert "embed-unit.dead-letter" not in sent.by_topic  # not the messages' fault
+
+
+class SlowFirstWriteStore(InMemoryStore):
+    """The first pair write takes a while (a slow Redis, or a write that is retried)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write_pairs(self, records: Any, ttl_ms: int) -> None:
+        self.writes += 1
+        if self.writes == 1:
+            time.sleep(0.3)
+        super().write_pairs(records, ttl_ms)
+
+
+def test_a_later_request_leaves_its_newer_pair_in_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One user's two requests with the same pair fall into two FM groups of one batch: the
+    store must end with the second (newer) value even when the first group's write is slow."""
+    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=4)
+    first = verified(3)[2]  # 3 pairs: with 4 pairs at most per group, one group per request
+    second = dataclasses.replace(first, request_id="later", event_time_ms=first.event_time_ms + 5)
+    sent = Sent()
+    monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
+    close_current_loop()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    store = SlowFirstWriteStore()
+    parts = Components(settings, EngineModels(FakeFM(4)), store)
+    app = create_app(settings, ["embed"], parts, store="memory://")
+    app.finalize()
+    app.flow_control.resume()
+    values = [parts.codec.encode(m) for m in (first, second)]
+    try:
+        loop.run_until_complete(
+            feed(app, values, lambda a: len(sent.by_topic.get("embed-unit.embeddings", [])) == 2)
+        )
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        asyncio.set_event_loop(None)
+    assert store.writes == 2  # two groups (4 pairs at most each), two writes
+    times = {decode_vector(v).event_time_ms for _, v in store._data.values()}
+    assert len(store._data) == len(first.item_ids)
+    assert times == {second.event_time_ms}, f"older values left in the store: {times}"
