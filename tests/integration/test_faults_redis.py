@@ -49,6 +49,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: tolerance over the read deadline (issue 12: a lookup returns within deadline + 2 ms), on top
 #: of the machine's own wake-up lateness, measured by :class:`WakeupProbe` during the same fault
 DEADLINE_SLACK_MS = 2.0
+#: lookups the in-process ranker may have under way when a mark reads its counters
+IN_FLIGHT_AT_MARKS = 2
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +208,11 @@ def test_redis_black_holed_reads_meet_deadline_and_writes_lose_nothing(
     )
     assert n >= 3, "too few requests arrived during the fault to measure it"
     assert p99 <= allowed, f"read p99 {p99:.2f} ms during the fault (allowed {allowed:.2f})"
-    assert end.failed_reads - start.failed_reads == n  # every read counted as timeout/error
+    # every read during the fault counted once as a timeout/error, and none served; a lookup
+    # in flight at either mark may fall on either side of it (a loaded run counted 65 for 63)
+    failed = end.failed_reads - start.failed_reads
+    assert end.served == start.served, "a lookup was served from the frozen store"
+    assert abs(failed - n) <= IN_FLIGHT_AT_MARKS, f"{failed} failed reads for {n} requests"
     assert end.served == start.served  # and served as missing
     assert "store write failed; retrying" in log
     report.assert_nothing_lost()
