@@ -5,9 +5,12 @@ deadline per read (connect and handshake never happen on the request path); writ
 and ``ping`` use an ordinary redis-py client.
 
 All keys of a user share a hash tag (see :mod:`store.keys`), so a request's first-round read
-is one ``MGET`` even on Redis Cluster. The cross-user neighbour read also uses one ``MGET``,
-which a standalone Redis (or a proxy) serves in one round trip; on Redis Cluster it would need
-one ``MGET`` per slot.
+is one ``MGET`` even on Redis Cluster. The cross-user neighbour read (or a first round that
+carries a reader's neighbour hint) also uses one ``MGET``, which a standalone Redis (or a
+proxy) serves in one round trip; on Redis Cluster it would need one ``MGET`` per slot.
+
+The reader's pairs come as a :class:`~store.keys.PairGrid`: their keys are packed into the
+``MGET`` per user run straight from the item ids (no key objects, one join per run).
 """
 
 from __future__ import annotations
