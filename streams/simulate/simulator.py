@@ -10,6 +10,7 @@ The store is in-memory with an *event-time* clock by default, or any FeatureStor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 
@@ -35,6 +36,9 @@ from streams.simulate.evaluation import EvalRows
 
 log = logging.getLogger(__name__)
 
+#: the simulated ranker's read deadline (ms): never reached by an in-memory store
+OFFLINE_DEADLINE_MS = 3_600_000.0
+
 
 class Simulator:
     """Feed events with :meth:`run`; read results from the counters or :meth:`summary`."""
@@ -46,7 +50,10 @@ class Simulator:
         self.models = models
         self.now_ms = 0
         self.store = store if store is not None else InMemoryStore(clock_ms=lambda: self.now_ms)
-        self.reader = FeatureReader(self.store, config.reader)
+        # no wall-clock deadline offline: a lookup that a loaded machine slows past the ranker's
+        # 20 ms would serve *missing* and make the run depend on the machine's load
+        offline = dataclasses.replace(config.reader, deadline_ms=OFFLINE_DEADLINE_MS)
+        self.reader = FeatureReader(self.store, offline)
         self.history = HistoryBook(capacity=2 * config.history_len)
         self.stages = build_stages(
             config.speculator,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Any
 
 import pytest
 
@@ -134,6 +136,31 @@ def test_simulation_is_deterministic(events: list[RequestEvent | ImpressionEvent
     b.run(events)
     assert a.coverage.counts.tolist() == b.coverage.counts.tolist()
     assert a.speculation.embedded == b.speculation.embedded
+
+
+def test_a_slow_lookup_does_not_change_the_simulation(
+    events: list[RequestEvent | ImpressionEvent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranker's 20 ms deadline is wall-clock: offline, a loaded machine must not turn a
+    slow lookup into *missing* (test_simulation_is_deterministic failed once under load)."""
+    cfg = dataclasses.replace(config(), use_neighbours=True)
+    assert cfg.reader.deadline_ms <= 20.0
+    want = Simulator(cfg, models())
+    want.run(events)
+    slow = Simulator(cfg, models())
+    read, calls = slow.store.read, [0]
+
+    def slow_read(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] % 50 == 1:
+            time.sleep(0.03)  # past the ranker's deadline
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(slow.store, "read", slow_read)
+    slow.run(events)
+    assert calls[0] > 1
+    assert slow.coverage.counts.tolist() == want.coverage.counts.tolist()
+    assert slow.reader.stats.timeouts == 0
 
 
 def test_prior_ranked_verifier_runs_at_the_same_budget(
