@@ -89,9 +89,11 @@ class ReaderConfig:
     max_neighbour_pair_keys: int = 2_000
     #: accept only values of this model version (CRC32 tag); None accepts any
     version_tag: int | None = None
-    #: users remembered with the neighbours their last lookup read (0 = off); see
-    #: :meth:`FeatureReader._fill`
-    neighbour_hints: int = 4_096
+    #: users remembered with the neighbours their last lookup read (0 = off, the default); see
+    #: :meth:`FeatureReader._fill`. Saves the second round trip only when the same user comes
+    #: back to the same reader while remembered (a ranker with user affinity), and costs extra
+    #: round-1 keys otherwise: opt in with ``SOLARIS_READER_NEIGHBOUR_HINTS``.
+    neighbour_hints: int = 0
 
 
 @dataclass(slots=True)

@@ -159,6 +159,12 @@ class Settings(BaseSettings):
     )
     neighbour_ttl_ms: int = Field(24 * HOUR_MS, gt=0, description="Freshness TTL of neighbours.")
     read_deadline_ms: float = Field(20.0, gt=0, description="Ranker read deadline per request.")
+    reader_neighbour_hints: int = Field(
+        0,
+        ge=0,
+        description="Users a ranker's reader remembers with the neighbours their last lookup "
+        "read, to read them in the first round trip when the user comes back (0 = off).",
+    )
 
     # --- models ----------------------------------------------------------------------------------
     model_dir: Path = Field(

@@ -63,5 +63,6 @@ def reader_config(settings: Settings, dim: int, model_version: str | None) -> Re
         neighbour_ttl_ms=settings.neighbour_ttl_ms,
         deadline_ms=settings.read_deadline_ms,
         max_neighbours=settings.neighbours_k,
+        neighbour_hints=settings.reader_neighbour_hints,
         version_tag=None if model_version is None else version_tag(model_version),
     )

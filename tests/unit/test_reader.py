@@ -310,7 +310,9 @@ def test_a_repeat_lookup_reads_its_neighbours_in_one_round_trip(
     items = list(range(10, 20))
     _lapsed_world(store, items)
     # a generous deadline: on a loaded machine a 20 ms one could skip round 2 (and the test)
-    hinted = reader(store, max_neighbour_pair_keys=max_pair_keys, deadline_ms=60_000.0)
+    hinted = reader(
+        store, max_neighbour_pair_keys=max_pair_keys, neighbour_hints=64, deadline_ms=60_000.0
+    )
     plain = reader(
         store, max_neighbour_pair_keys=max_pair_keys, neighbour_hints=0, deadline_ms=60_000.0
     )
@@ -330,7 +332,7 @@ def test_a_repeat_lookup_reads_its_neighbours_in_one_round_trip(
 def test_a_changed_neighbour_list_is_read_in_a_second_round(store: InMemoryStore) -> None:
     items = list(range(10, 20))
     _lapsed_world(store, items)
-    r = reader(store, deadline_ms=60_000.0)
+    r = reader(store, neighbour_hints=64, deadline_ms=60_000.0)
     r.lookup(1, items, T0 + 1)
     store.write_neighbours([NeighbourList(1, T0, (4,), (1.0,))], HOUR)  # only user 4 now
     before = store.round_trips
