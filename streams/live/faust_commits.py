@@ -98,15 +98,31 @@ def _note_hole(consumer: Any, tp: Any, committed: int) -> None:
         "offset never delivered: re-reading the partition from the committed position",
         extra={"topic": tp.topic, "partition": tp.partition, "offset": committed},
     )
-    task = asyncio.ensure_future(consumer.seek(tp, committed))
+    seek_soon(consumer, tp, committed)
+
+
+def seek_soon(consumer: Any, tp: Any, offset: int) -> None:
+    """Schedule ``consumer.seek(tp, offset)`` on the running loop (the partition is re-read)."""
+    task = asyncio.ensure_future(consumer.seek(tp, offset))
     _SEEKS.add(task)  # keep a reference until it is done (the loop holds only a weak one)
     task.add_done_callback(_SEEKS.discard)
 
 
+def release(consumer: Any, message: Any) -> None:
+    """Mark ``message`` as skipped-to-be-read-again: its coming ack (the stream acks what it
+    skips) releases it without recording it as done (see :func:`ack`)."""
+    released: set[tuple[Any, int]] = consumer.__dict__.setdefault("_solaris_released", set())
+    released.add((message.tp, message.offset))
+
+
 def ack(consumer: Any, message: Any) -> bool:
-    """Faust's ack, except for a message fetched before the current consumer generation: it is
-    released but not recorded as done (it will be read again from the committed position)."""
-    if message.generation_id == consumer.app.consumer_generation_id:
+    """Faust's ack, except for a message fetched before the current consumer generation or
+    :func:`release` d: it is released but not recorded as done (it will be read again)."""
+    released: set[tuple[Any, int]] | None = consumer.__dict__.get("_solaris_released")
+    key = (message.tp, message.offset)
+    if released is not None and key in released:
+        released.discard(key)
+    elif message.generation_id == consumer.app.consumer_generation_id:
         return bool(_ORIGINAL_ACK(consumer, message))
     with ack_lock:
         message.acked = True

@@ -18,6 +18,7 @@ from schemas.records import DeadLetter
 from streams.engine.steps.event_time import FUTURE_EVENT_TIME, EventClock
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, dead_letter_for, decode
+from streams.live.ordering import PartitionOrder
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,9 +132,15 @@ class AgentContext:
         error text) and the agent moves on to the next message; Kafka errors propagate."""
         return Processing(self, event)
 
-    def batches(self, stream: faust.StreamT, size: int | None = None) -> Any:
-        """The stream in batches of at most ``size`` events (default from settings)."""
+    def batches(
+        self, stream: faust.StreamT, size: int | None = None, within_ms: float | None = None
+    ) -> Any:
+        """The stream in batches of at most ``size`` events, waiting at most ``within_ms``
+        (defaults from settings); each partition's events in offset order (see
+        :mod:`streams.live.ordering`)."""
         s = self.settings
+        stream.add_processor(PartitionOrder(self.app).processor(stream))
+        wait_ms = s.agent_batch_max_wait_ms if within_ms is None else within_ms
         return stream.take_events(  # type: ignore[attr-defined]
-            size or s.agent_batch_size, within=s.agent_batch_max_wait_ms / 1000
+            size or s.agent_batch_size, within=wait_ms / 1000
         )

@@ -155,6 +155,6 @@ def register(ctx: AgentContext) -> None:
 
     @ctx.app.agent(ctx.topics["verified"], concurrency=1, name="embed")
     async def on_verified(stream: faust.StreamT) -> None:
-        wait_s = settings.embed_max_wait_ms / 1000
-        async for events in stream.take_events(settings.embed_batch_size, within=wait_s):  # type: ignore[attr-defined]
+        batches = ctx.batches(stream, settings.embed_batch_size, settings.embed_max_wait_ms)
+        async for events in batches:
             await agent.handle(events)

@@ -1,0 +1,111 @@
+"""Each partition reaches an agent in offset order (streams.live.ordering), with the consumer
+parts Faust's ``Consumer.ack`` and ``seek`` use."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+from streams.live.faust_commits import ack
+from streams.live.ordering import PartitionOrder
+
+
+class TP(NamedTuple):
+    topic: str
+    partition: int
+
+
+P0, P1 = TP("requests", 0), TP("requests", 1)
+
+
+class Message:
+    def __init__(self, tp: TP, offset: int, generation: int = 1) -> None:
+        self.tp, self.topic, self.offset, self.generation_id = tp, tp.topic, offset, generation
+        self.acked = False
+
+
+def app(committed: dict[TP, int]) -> Any:
+    seeks: list[tuple[TP, int]] = []
+
+    async def seek(tp: TP, offset: int) -> None:
+        seeks.append((tp, offset))
+
+    consumer = SimpleNamespace(
+        seek=seek,
+        seeks=seeks,
+        _committed_offset=defaultdict(lambda: None, committed),
+        _acked=defaultdict(list),
+        _acked_index=defaultdict(set),
+        _unacked_messages=set(),
+        _n_acked=0,
+        _waiting_for_ack=None,
+    )
+    a = SimpleNamespace(
+        consumer=consumer,
+        consumer_generation_id=1,
+        topics=SimpleNamespace(acks_enabled_for=lambda topic: True),
+    )
+    consumer.app = a
+    return a
+
+
+def admitted(order: PartitionOrder, offsets: list[tuple[TP, int]]) -> list[tuple[TP, int]]:
+    async def run() -> list[tuple[TP, int]]:
+        out = [(tp, o) for tp, o in offsets if order.admit(Message(tp, o))]
+        await asyncio.sleep(0)  # let scheduled seeks run
+        return out
+
+    return asyncio.run(run())
+
+
+def test_offsets_from_the_committed_position_are_processed_in_order() -> None:
+    order = PartitionOrder(app({P0: 10, P1: 3}))
+    seq = [(P0, 10), (P1, 3), (P0, 11), (P1, 4), (P0, 12)]
+    assert admitted(order, seq) == seq
+    assert order.gaps == 0 and order.app.consumer.seeks == []
+
+
+def test_a_later_offset_waits_for_the_missing_one_which_is_read_again() -> None:
+    """Offsets 10-11 were skipped after a rebalance (fetched in the old generation); 12-13,
+    fetched after it, must not be processed before them."""
+    a = app({P0: 10})
+    order = PartitionOrder(a)
+    assert admitted(order, [(P0, 12), (P0, 13)]) == []
+    assert a.consumer.seeks == [(P0, 10)]  # once, not per message
+    assert order.gaps == 2
+    # the re-read brings 10.. again, in order; 12 and 13 are processed after 10 and 11
+    assert admitted(order, [(P0, 10), (P0, 11), (P0, 12), (P0, 13)]) == [
+        (P0, 10),
+        (P0, 11),
+        (P0, 12),
+        (P0, 13),
+    ]
+    assert admitted(order, [(P0, 12)]) == []  # a later re-read of a processed offset: skipped
+
+
+def test_a_skipped_message_is_released_not_acked_so_the_commit_stays() -> None:
+    a = app({P0: 10})
+    order = PartitionOrder(a)
+    ahead = Message(P0, 12)
+    a.consumer._unacked_messages.add(ahead)
+
+    async def admit() -> bool:
+        return order.admit(ahead)
+
+    assert not asyncio.run(admit())
+    assert ack(a.consumer, ahead) is False  # the stream acks what it skips: not recorded
+    assert ahead.acked and ahead not in a.consumer._unacked_messages
+    assert a.consumer._acked[P0] == []
+    again = Message(P0, 12)  # the same offset read again later is acked normally
+    assert ack(a.consumer, again) is True and a.consumer._acked[P0] == [12]
+
+
+def test_a_new_generation_restarts_from_the_commits() -> None:
+    a = app({P0: 10})
+    order = PartitionOrder(a)
+    assert admitted(order, [(P0, 10), (P0, 11)]) == [(P0, 10), (P0, 11)]
+    a.consumer_generation_id = 2
+    a.consumer._committed_offset[P0] = 11  # 10 committed, 11 not: Faust re-reads from 11
+    assert admitted(order, [(P0, 11), (P0, 12)]) == [(P0, 11), (P0, 12)]
