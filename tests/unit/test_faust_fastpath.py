@@ -13,7 +13,11 @@ from streams.live.faust_fastpath import eager_wait_first
 
 
 class Waiter(Service):
-    """A bare mode service: what ``wait_first`` needs of the consumer (loop, stop/crash events)."""
+    """A bare mode service with the consumer's ``suspend_flow``: what ``wait_first`` needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.suspend_flow = asyncio.Event()
 
 
 def run_counting_tasks(body: Callable[[Waiter], Any]) -> tuple[Any, int]:
@@ -114,3 +118,43 @@ def test_an_error_raised_before_suspending_propagates() -> None:
 
     with pytest.raises(KeyError):
         run_counting_tasks(body)
+
+
+def test_while_the_flow_is_suspended_faust_decides() -> None:
+    """During a rebalance nothing is stepped inline: the callback starts only after what the
+    loop had ready (rebalance handlers), as in Faust's own wait, which returns on the suspend."""
+
+    async def body(s: Waiter) -> Any:
+        s.suspend_flow.set()
+        order: list[str] = []
+
+        async def callback() -> None:
+            order.append("callback")
+            await asyncio.sleep(0.05)
+            order.append("delivered")
+
+        asyncio.get_running_loop().call_soon(order.append, "ready before")
+        res = await eager_wait_first(s, callback(), s.suspend_flow.wait())
+        await asyncio.sleep(0.1)
+        return res, order
+
+    (res, order), _ = run_counting_tasks(body)
+    assert res.results == [True] and order == ["ready before", "callback"]
+
+
+def test_each_message_still_takes_one_loop_turn() -> None:
+    """What the loop had ready runs before the next message (rebalance handlers interleave)."""
+
+    async def body(s: Waiter) -> list[str]:
+        order: list[str] = []
+
+        async def callback() -> None:
+            order.append("callback")
+
+        asyncio.get_running_loop().call_soon(order.append, "ready before")
+        await eager_wait_first(s, callback(), s.suspend_flow.wait())
+        order.append("next message")
+        return order
+
+    order, tasks = run_counting_tasks(body)
+    assert order == ["callback", "ready before", "next message"] and tasks == 0
