@@ -71,6 +71,7 @@ def run_embed(
     monkeypatch: pytest.MonkeyPatch,
     fm: FakeFM | None = None,
     until: Callable[[Any, Sent], bool] = lambda agent, sent: False,
+    store: InMemoryStore | None = None,
 ) -> Any:
     """Feed ``values`` to the embed agent and wait (10 s at most) ``until`` says it is done;
     returns (sends, components, FM)."""
@@ -80,7 +81,7 @@ def run_embed(
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     fm = fm or FakeFM(4)
-    parts = Components(settings, EngineModels(fm), InMemoryStore())
+    parts = Components(settings, EngineModels(fm), InMemoryStore() if store is None else store)
     app = create_app(settings, ["embed"], parts, store="memory://")
     app.finalize()
     app.flow_control.resume()
@@ -203,25 +204,15 @@ def test_a_later_request_leaves_its_newer_pair_in_the_store(
     settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=4)
     first = verified(3)[2]  # 3 pairs: with 4 pairs at most per group, one group per request
     second = dataclasses.replace(first, request_id="later", event_time_ms=first.event_time_ms + 5)
-    sent = Sent()
-    monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
-    close_current_loop()
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+    codec = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec
     store = SlowFirstWriteStore()
-    parts = Components(settings, EngineModels(FakeFM(4)), store)
-    app = create_app(settings, ["embed"], parts, store="memory://")
-    app.finalize()
-    app.flow_control.resume()
-    values = [parts.codec.encode(m) for m in (first, second)]
-    try:
-        loop.run_until_complete(
-            feed(app, values, lambda a: len(sent.by_topic.get("embed-unit.embeddings", [])) == 2)
-        )
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        asyncio.set_event_loop(None)
+    run_embed(
+        settings,
+        [codec.encode(m) for m in (first, second)],
+        monkeypatch,
+        until=lambda agent, sent: len(sent.by_topic.get("embed-unit.embeddings", [])) == 2,
+        store=store,
+    )
     assert store.writes == 2  # two groups (4 pairs at most each), two writes
     times = {decode_vector(v).event_time_ms for _, v in store._data.values()}
     assert len(store._data) == len(first.item_ids)
