@@ -85,14 +85,19 @@ def run(body: Callable[[faust.App, Components, Sent], Any], monkeypatch: pytest.
     try:
         return loop.run_until_complete(body(app, parts, sent))
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        asyncio.set_event_loop(None)
-        # Faust's consumer made a loop for a thread it never started (no broker here)
-        thread = getattr(app.__dict__.get("_consumer"), "_thread", None)
-        thread_loop = getattr(thread, "thread_loop", None)
-        if thread_loop is not None:
-            thread_loop.close()
+        close_test_loops(loop, app)
+
+
+def close_test_loops(loop: asyncio.AbstractEventLoop, app: faust.App) -> None:
+    """Close a test's event loop and the one Faust's consumer made for a thread it never
+    started (no broker here): left open, their sockets fail a later test as ResourceWarnings."""
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+    asyncio.set_event_loop(None)
+    thread = getattr(app.__dict__.get("_consumer"), "_thread", None)
+    thread_loop = getattr(thread, "thread_loop", None)
+    if thread_loop is not None:
+        thread_loop.close()
 
 
 async def put(

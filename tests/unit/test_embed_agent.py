@@ -25,7 +25,7 @@ from streams.live.app import create_app
 from streams.live.components import Components
 from streams.settings import Settings
 from tests.fakes import FakeFM
-from tests.unit.test_agents import Sent, close_current_loop
+from tests.unit.test_agents import Sent, close_current_loop, close_test_loops
 
 T0 = 1_700_000_000_000
 
@@ -88,13 +88,7 @@ def run_embed(
     try:
         loop.run_until_complete(feed(app, values, lambda agent: until(agent, sent)))
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        asyncio.set_event_loop(None)
-        thread = getattr(app.__dict__.get("_consumer"), "_thread", None)
-        thread_loop = getattr(thread, "thread_loop", None)
-        if thread_loop is not None:  # Faust made a loop for a consumer thread it never started
-            thread_loop.close()
+        close_test_loops(loop, app)
     return sent, parts, fm
 
 
