@@ -158,6 +158,6 @@ class LiveRun:
                         fut.result()
         except KafkaException as exc:
             log.warning("benchmark cleanup of %s incomplete: %s", self.prefix, exc)
-        faust_dir = self.settings.cache_dir / "run" / "faust"
+        faust_dir = self.settings.faust_state_root
         for path in faust_dir.glob(f"{self.prefix}-*"):
             shutil.rmtree(path, ignore_errors=True)

@@ -79,13 +79,13 @@ def members(reader: LagReader, group: str, topic: str) -> list[frozenset[int]]:
 def _start_workers(run: LiveRun, n: int) -> dict[str, tuple[str, int]]:
     """Start ``n`` workers per group; returns worker name -> (group, metrics port)."""
     run.log_dir.mkdir(parents=True, exist_ok=True)
-    faust_root = run.settings.cache_dir / "run" / "faust"
+    faust_root = run.settings.faust_state_root
     out: dict[str, tuple[str, int]] = {}
     for group, (roles, _, _) in GROUPS.items():
         for k in range(1, n + 1):
             name, port = f"{group}{k}", free_port()
-            # LiveRun.close removes <cache>/run/faust/<prefix>-*: these data dirs included
-            env = run.env | {"SOLARIS_CACHE_DIR": str(faust_root / f"{run.prefix}-{name}")}
+            # LiveRun.close removes <state root>/<prefix>-*: these data dirs included
+            env = run.env | {"SOLARIS_STATE_DIR": str(faust_root / f"{run.prefix}-{name}")}
             args = [*solaris_cmd(), "worker", "--agents", roles, "--metrics-port", str(port)]
             run.children.start(name, args, env, run.log_dir)
             out[name] = (group, port)

@@ -11,6 +11,8 @@
 #   SOLARIS_KAFKA_HEAP              [-Xms512m -Xmx1g]  (a bare size like "768m" sets both)
 #   SOLARIS_KAFKA_START_TIMEOUT     [120]    seconds to wait for a METADATA answer
 #   SOLARIS_KAFKA_STOP_TIMEOUT      [30]     seconds between SIGTERM and SIGKILL
+#   SOLARIS_KAFKA_FRESH             [0]      1: start from an empty data dir (its topics are deleted)
+#   SOLARIS_KAFKA_WARN_PARTITIONS   [2000]   warn at start when the data dir holds more partitions
 #   SOLARIS_PYTHON                  [python3] runs infra/kafka_ready.py
 #   JAVA                            [java]
 set -euo pipefail
@@ -29,6 +31,8 @@ DATA_DIR="${SOLARIS_KAFKA_DATA_DIR:-$CACHE_DIR/run/kafka-$PORT}"
 HEAP="${SOLARIS_KAFKA_HEAP:--Xms512m -Xmx1g}"
 START_TIMEOUT="${SOLARIS_KAFKA_START_TIMEOUT:-120}"
 STOP_TIMEOUT="${SOLARIS_KAFKA_STOP_TIMEOUT:-30}"
+FRESH="${SOLARIS_KAFKA_FRESH:-0}"
+WARN_PARTITIONS="${SOLARIS_KAFKA_WARN_PARTITIONS:-2000}"
 PYTHON="${SOLARIS_PYTHON:-python3}"
 JAVA="${JAVA:-java}"
 
@@ -160,6 +164,27 @@ format_storage() {
   fi
 }
 
+# Start from nothing: a broker loads every partition it holds before it answers, so a data dir
+# that piled up topics run after run (tests make their own topics) starts slower each time; past
+# ~10k partitions it missed the start timeout on a 2-core machine.
+wipe_data_dir() {
+  [[ -d "$DATA_DIR" ]] || return 0
+  log "fresh start: deleting the broker data in $DATA_DIR"
+  rm -rf "$KRAFT_DIR" "$CLUSTER_ID_FILE" "$SERVER_PROPS" "$LOG_DIR"
+}
+
+# A note before a start that will be slow because of how much the data dir holds.
+warn_if_crowded() {
+  [[ -d "$KRAFT_DIR" ]] || return 0
+  local n
+  n="$(find "$KRAFT_DIR" -mindepth 1 -maxdepth 1 -type d -name '*-[0-9]*' ! -name '__cluster_metadata-*' | wc -l)"
+  if (( n > WARN_PARTITIONS )); then
+    log "WARNING: $KRAFT_DIR holds $n partitions; the broker loads them all before it answers," \
+      "so this start may be slow or time out. Start it once with SOLARIS_KAFKA_FRESH=1 to drop" \
+      "them (or raise SOLARIS_KAFKA_START_TIMEOUT)."
+  fi
+}
+
 # --- commands -----------------------------------------------------------------
 
 cmd_start() {
@@ -185,6 +210,11 @@ cmd_start() {
   ensure_jars
   local libs
   libs="$(libs_dir)"
+  if [[ "$FRESH" == 1 ]]; then
+    wipe_data_dir
+  else
+    warn_if_crowded
+  fi
   write_config
   format_storage "$libs"
 

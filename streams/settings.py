@@ -31,6 +31,9 @@ SCRIPT_VARIABLES = frozenset(
         "SOLARIS_KAFKA_LOG_LINES",
         "SOLARIS_KAFKA_START_TIMEOUT",
         "SOLARIS_KAFKA_STOP_TIMEOUT",
+        "SOLARIS_KAFKA_FRESH",
+        "SOLARIS_KAFKA_WARN_PARTITIONS",
+        "SOLARIS_SERVICES_KAFKA_DATA_DIR",  # infra/with-services.sh: its own broker's data dir
         "SOLARIS_REDIS_PORT",
         "SOLARIS_REDIS_DATA_DIR",
         "SOLARIS_REDIS_START_TIMEOUT",
@@ -275,6 +278,13 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(
         Path.home() / ".cache" / "solaris", description="Cache of venvs, jars, runtime data."
     )
+    state_dir: Path | None = Field(
+        None,
+        description=(
+            "Faust table state (RocksDB) of the workers, one folder per consumer group (default: "
+            "<cache_dir>/run/faust). Workers on one host need one each: RocksDB locks its files."
+        ),
+    )
     data_dir: Path = Field(default_factory=_default_data_dir, description="Real datasets.")
     log_level: str = Field("INFO", description="Log level of SOLARIS loggers.")
     require_services: bool = Field(
@@ -284,6 +294,11 @@ class Settings(BaseSettings):
     def topic(self, name: str) -> str:
         """Full topic name of a logical topic (``requests`` -> ``solaris.requests``)."""
         return f"{self.topic_prefix}.{name}"
+
+    @property
+    def faust_state_root(self) -> Path:
+        """Where the workers keep Faust's table state (``state_dir`` or its default)."""
+        return self.state_dir or self.cache_dir / "run" / "faust"
 
     @property
     def aggregate_store_ttl_ms(self) -> int:

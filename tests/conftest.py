@@ -7,6 +7,7 @@ not reachable the tests skip with the reason, unless ``SOLARIS_REQUIRE_SERVICES=
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,21 @@ def _reachable(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _faust_state_in_test_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Workers the tests start keep their Faust table state under pytest's temporary folders
+    (pytest keeps the last three runs), not in the user's cache, where every test's folder
+    would stay for good."""
+    if "SOLARIS_STATE_DIR" in os.environ:
+        yield
+        return
+    os.environ["SOLARIS_STATE_DIR"] = str(tmp_path_factory.mktemp("faust-state"))
+    try:
+        yield
+    finally:
+        os.environ.pop("SOLARIS_STATE_DIR", None)
 
 
 @pytest.fixture(scope="session")

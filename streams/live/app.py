@@ -62,7 +62,7 @@ def check_roles(roles: frozenset[str]) -> None:
 
 def faust_app(settings: Settings, aid: str, web_port: int | None, store: str) -> faust.App:
     """The Faust app object with SOLARIS's settings (no agents yet)."""
-    datadir = settings.cache_dir / "run" / "faust" / aid
+    datadir = settings.faust_state_root / aid
     datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
         aid,

@@ -100,8 +100,8 @@ class FaultProcs(Procs):
 
     def start_pipeline_worker(self, name: str = "pipeline", data_dir: Path | None = None) -> None:
         """A stateful pipeline worker; a second one in the group needs its own ``data_dir``
-        (RocksDB locks its table files), given as its cache dir."""
-        env = {"SOLARIS_CACHE_DIR": str(data_dir)} if data_dir is not None else None
+        (RocksDB locks its table files), given as its state dir."""
+        env = {"SOLARIS_STATE_DIR": str(data_dir)} if data_dir is not None else None
         self.start(name, "worker", "--agents", PIPELINE_AGENTS, env=env)
 
     def group(self, suffix: str) -> str:

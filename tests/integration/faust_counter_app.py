@@ -12,7 +12,7 @@ import redis
 from streams.settings import Settings
 
 settings = Settings()
-datadir = settings.cache_dir / "run" / "faust" / settings.topic_prefix
+datadir = settings.faust_state_root / settings.topic_prefix
 datadir.mkdir(parents=True, exist_ok=True)
 app = faust.App(
     f"{settings.topic_prefix}-counter",

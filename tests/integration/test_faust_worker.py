@@ -30,7 +30,7 @@ def worker(
         SOLARIS_TOPIC_PREFIX=test_settings.topic_prefix,
         SOLARIS_KEY_PREFIX=test_settings.key_prefix,
         SOLARIS_TOPIC_PARTITIONS=str(test_settings.topic_partitions),
-        SOLARIS_CACHE_DIR=str(tmp_path),
+        SOLARIS_STATE_DIR=str(tmp_path / "state"),
         PYTHONPATH=str(REPO_ROOT),
     )
     log = (tmp_path / "worker.log").open("wb")

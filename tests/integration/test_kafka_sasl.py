@@ -177,7 +177,7 @@ def test_faust_worker_with_credentials(sasl_env: dict[str, str], tmp_path: Path)
     env.update(
         SOLARIS_TOPIC_PREFIX=settings.topic_prefix,
         SOLARIS_TOPIC_PARTITIONS="1",
-        SOLARIS_CACHE_DIR=str(tmp_path),
+        SOLARIS_STATE_DIR=str(tmp_path / "state"),
         PYTHONPATH=str(REPO_ROOT),
     )
     log_path = tmp_path / "worker.log"

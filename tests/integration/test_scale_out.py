@@ -93,7 +93,7 @@ def start_workers(procs: FaultProcs, data_root: Path) -> dict[str, int]:
             "--metrics-port",
             str(ports[name]),
             env={
-                "SOLARIS_CACHE_DIR": str(data_root / name),  # own Faust / RocksDB data dir
+                "SOLARIS_STATE_DIR": str(data_root / name),  # own Faust / RocksDB data dir
                 "SOLARIS_LOG_LEVEL": "INFO",  # the rebalance lines `recovered` reads
             },
         )

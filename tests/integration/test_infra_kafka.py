@@ -1,0 +1,106 @@
+"""``infra/kafka.sh`` data-dir hygiene and ``infra/with-services.sh``'s own broker, on spare ports.
+
+Why: the test runs left their topics in the broker's data dir; after ~13k partitions the broker
+loaded them longer than the start timeout and CI failed before any test ran.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.settings import REPO_ROOT
+from tests.integration.fault_harness import free_port
+
+pytestmark = pytest.mark.integration
+
+KAFKA_SH = REPO_ROOT / "infra" / "kafka.sh"
+WITH_SERVICES = REPO_ROOT / "infra" / "with-services.sh"
+
+
+def _env(port: int, controller_port: int, **extra: str) -> dict[str, str]:
+    return os.environ | {
+        "SOLARIS_KAFKA_PORT": str(port),
+        "SOLARIS_KAFKA_CONTROLLER_PORT": str(controller_port),
+        "SOLARIS_KAFKA_HEAP": "512m",
+        "SOLARIS_PYTHON": sys.executable,
+        **extra,
+    }
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _topics(port: int) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    return {t for t in admin.list_topics(timeout=10).topics if not t.startswith("__")}
+
+
+def _create_topic(port: int, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(timeout=30)
+
+
+@pytest.fixture()
+def ports(kafka_bootstrap: str) -> tuple[int, int]:
+    """Spare ports (the fixture only checks that the jars' broker can run here at all)."""
+    return free_port(), free_port()
+
+
+def test_a_fresh_start_drops_the_topics_and_a_crowded_data_dir_is_warned_about(
+    tmp_path: Path, ports: tuple[int, int]
+) -> None:
+    port, cport = ports
+    env = _env(port, cport, SOLARIS_KAFKA_DATA_DIR=str(tmp_path / "kafka"))
+    try:
+        _run(["bash", str(KAFKA_SH), "start"], env)
+        _create_topic(port, "kept-between-starts")
+        _run(["bash", str(KAFKA_SH), "stop"], env)
+
+        again = _run(["bash", str(KAFKA_SH), "start"], env | {"SOLARIS_KAFKA_WARN_PARTITIONS": "2"})
+        assert "holds 3 partitions" in again.stdout, again.stdout
+        assert "kept-between-starts" in _topics(port)
+        _run(["bash", str(KAFKA_SH), "stop"], env)
+
+        fresh = _run(["bash", str(KAFKA_SH), "start"], env | {"SOLARIS_KAFKA_FRESH": "1"})
+        assert "fresh start" in fresh.stdout, fresh.stdout
+        assert _topics(port) == set()
+    finally:
+        subprocess.run(["bash", str(KAFKA_SH), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def test_with_services_runs_its_own_broker_on_an_emptied_data_dir_and_deletes_it(
+    tmp_path: Path, ports: tuple[int, int]
+) -> None:
+    port, cport = ports
+    data_dir = tmp_path / "services-kafka"
+    env = _env(port, cport, SOLARIS_SERVICES_KAFKA_DATA_DIR=str(data_dir))
+    # A broker left on that data dir by an earlier run, with its topic, stopped.
+    leftover_env = env | {"SOLARIS_KAFKA_DATA_DIR": str(data_dir)}
+    try:
+        _run(["bash", str(KAFKA_SH), "start"], leftover_env)
+        _create_topic(port, "left-by-an-earlier-run")
+        _run(["bash", str(KAFKA_SH), "stop"], leftover_env)
+    finally:
+        subprocess.run(
+            ["bash", str(KAFKA_SH), "stop"], env=leftover_env, capture_output=True, timeout=120
+        )
+    assert (data_dir / "kraft-logs").is_dir()
+
+    probe = (
+        "from confluent_kafka.admin import AdminClient;"
+        f"a = AdminClient({{'bootstrap.servers': '127.0.0.1:{port}'}});"
+        "print('TOPICS', sorted(t for t in a.list_topics(timeout=10).topics"
+        " if not t.startswith('__')))"
+    )
+    done = _run(["bash", str(WITH_SERVICES), sys.executable, "-c", probe], env)
+    assert "TOPICS []" in done.stdout, done.stdout
+    assert not data_dir.exists(), "with-services left its broker's data dir behind"
