@@ -5,7 +5,8 @@
 # A broker this script starts itself runs on a data dir of its own, emptied before the start and
 # deleted after the stop: a test run makes hundreds of topics, and a broker that kept them run
 # after run took longer to start each time (past the start timeout in CI at ~13k partitions).
-# A broker that is already running is reused as it is.
+# A broker that is already running is reused as it is. The command runs with
+# SOLARIS_KAFKA_DATA_DIR set to this script's broker, so `solaris infra status` finds it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,19 +16,11 @@ KAFKA_PORT="${SOLARIS_KAFKA_PORT:-9092}"
 RUN_KAFKA_DATA_DIR="${SOLARIS_SERVICES_KAFKA_DATA_DIR:-$CACHE_DIR/run/kafka-services-$KAFKA_PORT}"
 started=()
 
-kafka_sh() {
-  if [[ " ${started[*]} " == *" kafka "* ]]; then
-    SOLARIS_KAFKA_DATA_DIR="$RUN_KAFKA_DATA_DIR" bash "$ROOT/infra/kafka.sh" "$@"
-  else
-    bash "$ROOT/infra/kafka.sh" "$@"
-  fi
-}
-
 cleanup() {
   local svc
   for svc in "${started[@]}"; do
     if [[ "$svc" == kafka ]]; then
-      if kafka_sh stop; then
+      if bash "$ROOT/infra/kafka.sh" stop; then
         rm -rf "$RUN_KAFKA_DATA_DIR"
       else
         echo "[services] failed to stop kafka" >&2
@@ -39,12 +32,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if bash "$ROOT/infra/kafka.sh" status >/dev/null 2>&1 ||
-   SOLARIS_KAFKA_DATA_DIR="$RUN_KAFKA_DATA_DIR" bash "$ROOT/infra/kafka.sh" status >/dev/null 2>&1; then
+if bash "$ROOT/infra/kafka.sh" status >/dev/null 2>&1; then
   echo "[services] kafka already running: reusing it"
 else
-  started+=(kafka)
-  SOLARIS_KAFKA_FRESH=1 kafka_sh start
+  # From here on the command and every kafka.sh call (status, stop) see this script's broker.
+  export SOLARIS_KAFKA_DATA_DIR="$RUN_KAFKA_DATA_DIR"
+  if bash "$ROOT/infra/kafka.sh" status >/dev/null 2>&1; then
+    echo "[services] kafka (left by an earlier run on $RUN_KAFKA_DATA_DIR) already running: reusing it"
+  else
+    started+=(kafka)
+    SOLARIS_KAFKA_FRESH=1 bash "$ROOT/infra/kafka.sh" start
+  fi
 fi
 if bash "$ROOT/infra/redis.sh" status >/dev/null 2>&1; then
   echo "[services] redis already running: reusing it"

@@ -24,7 +24,8 @@ WITH_SERVICES = REPO_ROOT / "infra" / "with-services.sh"
 
 
 def _env(port: int, controller_port: int, **extra: str) -> dict[str, str]:
-    return os.environ | {
+    inherited = {k: v for k, v in os.environ.items() if k != "SOLARIS_KAFKA_DATA_DIR"}
+    return inherited | {
         "SOLARIS_KAFKA_PORT": str(port),
         "SOLARIS_KAFKA_CONTROLLER_PORT": str(controller_port),
         "SOLARIS_KAFKA_HEAP": "512m",
