@@ -45,6 +45,9 @@ from store.urls import redact_url
 _WRITE_TIMEOUT_S = 5.0
 #: retries of a write after a connection error, timeout or redirection (off the request path)
 _WRITE_RETRIES = 3
+#: bound on any one blocking socket operation of a read (connect, send); the read's own deadline
+#: is kept by waiting for the answers with what is left of it
+_READ_IO_TIMEOUT_S = 1.0
 #: errors of the cluster client: ``RedisClusterException`` does not derive from ``RedisError``
 _CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
 log = logging.getLogger(__name__)
@@ -105,17 +108,19 @@ class _NodeRead:
 class RedisClusterStore(KeyedWrites):
     """A :class:`~store.protocol.FeatureStore` on Redis Cluster.
 
-    Like :class:`~store.redis_store.RedisStore`, reads use clients whose socket timeout equals
-    the deadline and which never retry, one client per distinct deadline. Clients are built on
-    first use (building one asks the cluster for its slot table), so opening the store never
-    blocks and an unreachable cluster surfaces as :class:`~store.errors.StoreUnavailable`.
+    Reads share one client that never retries; each read waits for its answers only as long
+    as its deadline leaves. :meth:`warm` (called by :class:`~store.reader.FeatureReader`) builds
+    that client, which asks the cluster for its slot table, and opens a connection to every
+    primary, so a lookup pays neither; a client used without it builds them on first use.
+    Opening the store never blocks, and an unreachable cluster surfaces as
+    :class:`~store.errors.StoreUnavailable`.
     """
 
     def __init__(self, url: str, layout: KeyLayout | None = None) -> None:
         self.url = url
         self.layout = layout or KeyLayout()
         self._writer: RedisCluster | None = None
-        self._readers: dict[float, RedisCluster] = {}
+        self._read_client: RedisCluster | None = None
         #: read calls that sent commands (one round trip per node, concurrently)
         self.round_trips = 0
         #: ``MGET`` commands sent by reads: one per slot touched
@@ -140,12 +145,23 @@ class RedisClusterStore(KeyedWrites):
             self._writer = self._client(_WRITE_TIMEOUT_S, _WRITE_RETRIES)
         return self._writer
 
-    def _reader(self, timeout_ms: float) -> RedisCluster:
-        key = round(timeout_ms, 1)
-        client = self._readers.get(key)
-        if client is None:
-            client = self._readers[key] = self._client(max(key, 0.1) / 1000.0, 0)
-        return client
+    def _reader(self) -> RedisCluster:
+        # One client for every deadline: one per distinct deadline (a lookup's second round has
+        # whatever budget is left) asked the cluster for its slot table inside the deadline.
+        if self._read_client is None:
+            self._read_client = self._client(_READ_IO_TIMEOUT_S, 0)
+        return self._read_client
+
+    def warm(self) -> None:
+        """Build the read client and connect to every primary now (blocking, bounded by the
+        socket timeouts); idempotent. Never raises: a read then reports what is wrong."""
+        try:
+            client = self._reader()
+            for node in client.get_primaries():
+                pool = client.get_redis_connection(node).connection_pool
+                pool.release(pool.get_connection())
+        except (*_CLIENT_ERRORS, StoreUnavailable, OSError) as exc:
+            log.warning("redis cluster warm-up failed: %s", exc)
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -203,7 +219,7 @@ class RedisClusterStore(KeyedWrites):
         deadline = time.perf_counter() + timeout_ms / 1000.0
         try:
             slots = group_by_slot(batch_slots(self.layout, batch))
-            values = self._mget_by_slot(self._reader(timeout_ms), keys, slots, deadline)
+            values = self._mget_by_slot(self._reader(), keys, slots, deadline)
         except redis.TimeoutError as exc:
             raise StoreTimeout(
                 f"redis cluster read of {len(keys)} keys exceeded {timeout_ms} ms"
@@ -288,11 +304,11 @@ class RedisClusterStore(KeyedWrites):
             return False
 
     def close(self) -> None:
-        clients = [*self._readers.values()] + ([self._writer] if self._writer else [])
+        clients = [c for c in (self._read_client, self._writer) if c is not None]
         for client in clients:
             try:
                 client.close()
             except (*_CLIENT_ERRORS, OSError):  # closing must never raise
                 log.warning("closing a redis cluster client failed", exc_info=True)
-        self._readers.clear()
+        self._read_client = None
         self._writer = None

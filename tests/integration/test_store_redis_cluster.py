@@ -87,6 +87,7 @@ def cluster_url() -> Iterator[str]:
 @pytest.fixture()
 def store(cluster_url: str, unique: str) -> Iterator[RedisClusterStore]:
     s = RedisClusterStore(cluster_url, KeyLayout(f"t{unique}"))
+    s.warm()  # as a FeatureReader does: no first read pays the slot table and the connects
     yield s
     s.close()
     delete_prefix(cluster_url, f"t{unique}")
@@ -95,6 +96,20 @@ def store(cluster_url: str, unique: str) -> Iterator[RedisClusterStore]:
 @pytest.fixture()
 def advance() -> Callable[[int], None]:
     return lambda ms: time.sleep(ms / 1000)
+
+
+def cluster_topology_calls(client: RedisCluster) -> int:
+    """``CLUSTER SLOTS`` / ``SHARDS`` / ``NODES`` commands served so far, over all primaries
+    (``client`` is built once by the caller: building one asks for the slot table, too)."""
+    total = 0
+    for node in client.get_primaries():
+        stats = client.get_redis_connection(node).info("commandstats")
+        total += sum(
+            int(v.get("calls", 0))
+            for k, v in stats.items()
+            if k.startswith("cmdstat_cluster|") and k.split("|")[1] in ("slots", "shards", "nodes")
+        )
+    return total
 
 
 def mget_calls(url: str) -> dict[str, int]:
@@ -207,6 +222,23 @@ class TestRedisClusterStore(StoreContract):
                 np.testing.assert_array_equal(
                     decode_vector(got).array(), pair(u, 5, seed=u).array()
                 )
+
+    def test_reads_of_any_deadline_reuse_the_warmed_client(
+        self, store: RedisClusterStore, cluster_url: str
+    ) -> None:
+        """A lookup's second round reads with whatever budget is left: each distinct deadline
+        used to build its own client, which asked the cluster for its slot table (and opened
+        new connections) inside that read's deadline."""
+        store.write_pairs([pair(500, i, seed=i) for i in range(4)], 60_000)
+        stats = RedisCluster.from_url(cluster_url)
+        try:
+            before = cluster_topology_calls(stats)
+            for timeout_ms in (500.0, 437.3, 351.9, 288.4):
+                res = store.read(ReadBatch(pairs=[(500, i) for i in range(4)]), timeout_ms)
+                assert all(v is not None for v in res.pairs)
+            assert cluster_topology_calls(stats) == before
+        finally:
+            stats.close()
 
     def test_a_stalled_master_costs_one_deadline_and_late_answers_are_dropped(
         self, store: RedisClusterStore, cluster_url: str
