@@ -98,17 +98,23 @@ def drain(settings: Settings, *procs: Procs, timeout_s: float = 150) -> None:
     from streams.lag import LagReader
 
     reader = LagReader(settings)
-    topics = [settings.topic(t) for t in TOPICS]
-    deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
-            for p in procs:
-                p.alive()
-            if reader.wait_drained(reader.groups(), topics, timeout_s=5):
-                return
-        raise AssertionError("pipeline did not drain")
+        drain_with(reader, settings, *procs, timeout_s=timeout_s)
     finally:
         reader.close()
+
+
+def drain_with(reader: Any, settings: Settings, *procs: Procs, timeout_s: float = 150) -> None:
+    """:func:`drain` on an open ``LagReader`` (a lockstep replay drains before every request:
+    a new reader each time cost more than the drain)."""
+    topics = [settings.topic(t) for t in TOPICS]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in procs:
+            p.alive()
+        if reader.wait_drained(reader.groups(), topics, timeout_s=5):
+            return
+    raise AssertionError("pipeline did not drain")
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +123,7 @@ def switch_run(
 ) -> Iterator[dict[str, Any]]:
     """Run the upgrade once; the tests below assert on what it produced."""
     from streams.demo import wait_for_groups
+    from streams.lag import LagReader
     from streams.live.stats import read_stats
     from streams.replay import replay_file
     from tests.conftest import require_kafka_and_redis
@@ -151,7 +158,13 @@ def switch_run(
                 raise
             timings["switched"] = time.monotonic() - t0
             # lockstep: the B ranker reads each request after the B values of earlier ones exist
-            replay_file(settings_b, second, 0.0, lambda: drain(settings_a, procs, procs_b))
+            reader = LagReader(settings_a)
+            try:
+                replay_file(
+                    settings_b, second, 0.0, lambda: drain_with(reader, settings_a, procs, procs_b)
+                )
+            finally:
+                reader.close()
             drain(settings_a, procs, procs_b)
             time.sleep(2.5)  # one more snapshot reload of the ranker (every 2 s)
             procs.alive()
