@@ -146,20 +146,38 @@ def _first_error(config: dict[str, Any]) -> tuple[float, KafkaError]:
 
 
 @pytest.mark.parametrize(
-    ("case", "overrides", "expected"),
+    ("case", "overrides", "expected", "says"),
     [
-        ("no credentials", {"kafka_security_protocol": "PLAINTEXT"}, KafkaError._ALL_BROKERS_DOWN),
-        ("wrong password", {"kafka_sasl_password": "not-the-password"}, KafkaError._AUTHENTICATION),
+        (
+            "no credentials",
+            {"kafka_security_protocol": "PLAINTEXT"},
+            {KafkaError._ALL_BROKERS_DOWN},
+            "",
+        ),
+        (
+            "wrong password",
+            {"kafka_sasl_password": "not-the-password"},
+            {KafkaError._AUTHENTICATION},
+            "",
+        ),
         (
             "wrong PLAIN password",
             {"kafka_sasl_mechanism": "PLAIN", "kafka_sasl_password": "nope"},
-            KafkaError._AUTHENTICATION,
+            {KafkaError._AUTHENTICATION},
+            "",
         ),
-        ("unknown CA", {"kafka_ssl_cafile": None}, KafkaError._SSL),
+        # librdkafka reports a failed certificate check as _SSL or, depending on when the
+        # handshake fails, as _TRANSPORT (seen once in CI): what matters is the reason.
+        (
+            "unknown CA",
+            {"kafka_ssl_cafile": None},
+            {KafkaError._SSL, KafkaError._TRANSPORT},
+            "certificate verify failed",
+        ),
     ],
 )
 def test_client_without_valid_credentials_is_refused(
-    sasl_env: dict[str, str], case: str, overrides: dict[str, Any], expected: int
+    sasl_env: dict[str, str], case: str, overrides: dict[str, Any], expected: set[int], says: str
 ) -> None:
     fields = dict(overrides)
     if fields.get("kafka_security_protocol") == "PLAINTEXT":
@@ -167,7 +185,8 @@ def test_client_without_valid_credentials_is_refused(
     config = client_config(_settings(sasl_env, **fields))
     elapsed, error = _first_error(config)
     print(f"{case}: refused after {elapsed:.2f} s ({error.name()}: {error.str()[:80]})")
-    assert error.code() == expected, error.str()
+    assert error.code() in expected, error.str()
+    assert says in error.str()
 
 
 def test_faust_worker_with_credentials(sasl_env: dict[str, str], tmp_path: Path) -> None:
