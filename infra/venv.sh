@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Create (once) the project virtualenv in a cache outside the clone, keyed by the hash of
-# pyproject.toml + requirements.lock + the Python version, and point ./.venv at it.
-# Re-runs are cheap: an existing complete venv is reused; only the editable install of this
-# clone (no deps) is refreshed, so a fresh clone in another folder works with a cached venv.
+# Create (once) the dependencies' virtualenv in a cache outside the clone, keyed by the hash of
+# pyproject.toml + requirements.lock + the Python version, and give this clone its own small
+# ./.venv on top of it: the clone's editable install lives there, the dependencies (torch & co,
+# several GB) are read from the shared one through a .pth file.
+# Why not one shared venv with the clone installed in it: every clone (a CI clone, a second
+# checkout) re-pointed that editable install at itself, so another clone's .venv silently ran
+# the last installer's code. Re-runs are cheap: both are reused when complete.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,6 +49,22 @@ else
   echo "[venv] reusing $VENV"
 fi
 
-"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT"
-ln -sfn "$VENV" "$ROOT/.venv"
-echo "[venv] ready: $ROOT/.venv -> $VENV"
+# An editable install left in the shared venv by the old layout would shadow nothing (the
+# clone's own comes first) but would still point at some clone: drop it.
+if "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("solaris")' 2>/dev/null; then
+  "$VENV/bin/pip" uninstall -q -y solaris
+fi
+
+OVERLAY="$ROOT/.venv"
+[ -L "$OVERLAY" ] && rm -f "$OVERLAY"  # the old layout: a symlink to the shared venv
+if [ ! -x "$OVERLAY/bin/python" ]; then
+  rm -rf "$OVERLAY"
+  "$PY" -m venv --without-pip "$OVERLAY"
+fi
+site="$OVERLAY/lib/python$pyver/site-packages"
+shared_site="$VENV/lib/python$pyver/site-packages"
+# addsitedir also runs the shared site's own .pth files; the clone's site-packages stays first.
+echo "import site; site.addsitedir('$shared_site')" >"$site/_solaris_shared_venv.pth"
+# pip and setuptools come from the shared venv through that .pth.
+"$OVERLAY/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT"
+echo "[venv] ready: $OVERLAY (this clone) on $VENV (dependencies)"

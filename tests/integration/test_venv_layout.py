@@ -1,0 +1,52 @@
+"""``infra/venv.sh``: every clone runs its own code on the shared, cached dependencies.
+
+Why: the cached venv used to hold the editable install of whichever clone ran ``make setup``
+last, so a CI clone silently re-pointed a developer's ``.venv`` at the CI clone's code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from streams.settings import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _origin(python: Path, module: str) -> str:
+    done = subprocess.run(
+        [str(python), "-c", f"import {module}; print({module}.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_a_second_clone_gets_its_own_code_and_leaves_this_one_alone(tmp_path: Path) -> None:
+    here = REPO_ROOT / ".venv" / "bin" / "python"
+    if not here.exists():
+        pytest.skip("no .venv in this clone (run `make setup`)")
+    other = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(other)], check=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(other / "infra" / "venv.sh")], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    theirs = other / ".venv" / "bin" / "python"
+    assert _origin(theirs, "streams").startswith(str(other)), "the clone runs another clone's code"
+    assert _origin(here, "streams").startswith(str(REPO_ROOT)), "setup of a clone re-pointed ours"
+    # the dependencies are the shared ones, and the CLI entry point is the clone's own
+    assert not _origin(theirs, "numpy").startswith(str(other)), "dependencies installed per clone"
+    cli = subprocess.run(
+        [str(other / ".venv" / "bin" / "solaris"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stdout + cli.stderr
