@@ -17,8 +17,10 @@ pytestmark = pytest.mark.integration
 
 
 def _origin(python: Path, module: str) -> str:
+    """Where ``python`` imports ``module`` from (run from / : the current folder comes first)."""
     done = subprocess.run(
         [str(python), "-c", f"import {module}; print({module}.__file__)"],
+        cwd="/",
         capture_output=True,
         text=True,
         timeout=60,
