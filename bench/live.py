@@ -8,16 +8,13 @@ Faust changelogs), consumer groups, store keys and the Faust data directories.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import time
 import urllib.request
 from pathlib import Path
 
 import redis
-from confluent_kafka import KafkaException
 
 from bench.common import delete_keys, run_id
 from schemas.codec import Codec
@@ -25,8 +22,9 @@ from schemas.limits import Limits
 from schemas.records import ProposalBatch
 from streams.demo import Children, solaris_cmd, wait_for_groups
 from streams.kafka_clients import make_producer
+from streams.run_cleanup import delete_run
 from streams.settings import Settings
-from streams.topics import admin_client, create_topics
+from streams.topics import create_topics
 
 log = logging.getLogger(__name__)
 PIPELINE_ROLES = "history,speculate,verify,aggregate,neighbours"
@@ -141,23 +139,4 @@ class LiveRun:
         self.children.stop()
         self._stats.close()
         delete_keys(self.settings.store_url, self.prefix)
-        admin = admin_client(self.settings)
-        try:
-            topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(self.prefix)]
-            if topics:
-                for fut in admin.delete_topics(topics, operation_timeout=30).values():
-                    fut.result()
-            groups = [
-                g.group_id
-                for g in admin.list_consumer_groups(request_timeout=10).result().valid
-                if g.group_id.startswith(self.prefix)
-            ]
-            if groups:
-                for fut in admin.delete_consumer_groups(groups, request_timeout=10).values():
-                    with contextlib.suppress(KafkaException):  # a group still settling
-                        fut.result()
-        except KafkaException as exc:
-            log.warning("benchmark cleanup of %s incomplete: %s", self.prefix, exc)
-        faust_dir = self.settings.faust_state_root
-        for path in faust_dir.glob(f"{self.prefix}-*"):
-            shutil.rmtree(path, ignore_errors=True)
+        delete_run(self.settings, self.prefix)

@@ -315,6 +315,17 @@ def behind_summary(behind_ms: list[int]) -> dict[str, float]:
     }
 
 
+def clean_up(settings: Settings, report: Report) -> None:
+    """Delete the run's topics, groups and table state (it has reported; nothing reads them)."""
+    from streams.run_cleanup import delete_run
+
+    done = delete_run(settings, settings.topic_prefix)
+    report(
+        f"deleted this run's {done.topics} topics, {done.groups} consumer groups and "
+        f"{done.state_dirs} table-state folders (--keep-topics keeps them)"
+    )
+
+
 def _live_quality(run: Settings, bundle: Path, report: Report) -> dict[str, Any]:
     """Live NE / TR of what the ranker served (scores topic joined to impressions)."""
     from streams.live.quality import live_quality
@@ -333,6 +344,7 @@ def run_demo(
     speed: float,
     report: Report,
     offline: dict[str, Any] | None = None,
+    keep_topics: bool = False,
 ) -> dict[str, Any]:
     """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`;
     plus ``timeline``, ``read_latency``, ``drain_seconds``, ``mode``, ``speed``).
@@ -341,7 +353,8 @@ def run_demo(
     simulator's); N > 0 = N event-time seconds per wall second, the way traffic really arrives
     (the ranker reads while the pipeline works; see the README for the speed the pipeline holds).
     ``report(msg)`` receives progress lines. Topics are created under a fresh prefix, so each run
-    starts from empty topics, groups and keys.
+    starts from empty topics, groups and keys; once it has reported, its topics, groups and
+    Faust state are deleted unless ``keep_topics`` (store keys stay until their TTL).
     """
     from models.data.traffic import load_requests
     from streams.live.report import live_summary
@@ -370,6 +383,8 @@ def run_demo(
         children.stop()
     out = summary_json(live_summary(run.settings), offline, timeline.max_lag, stats)
     out["quality"] = _live_quality(run.settings, bundle, report)
+    if not keep_topics:
+        clean_up(run.settings, report)
     out.update(
         timeline=timeline.as_json(),
         pipeline_behind_s=behind_summary(timeline.behind_ms(until_s=stats.seconds)),

@@ -48,6 +48,13 @@ HtmlOpt = Annotated[
     Path | None,
     typer.Option("--html", help="Write the HTML report here (default: next to --json, else out/)."),
 ]
+KeepTopicsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-topics/--no-keep-topics",
+        help="Keep the run's topics, consumer groups and table state (default: deleted after).",
+    ),
+]
 CompareOpt = Annotated[
     bool, typer.Option("--compare/--no-compare", help="Also simulate the replayed slice offline.")
 ]
@@ -63,6 +70,7 @@ def demo(
     json_path: JsonOpt = None,
     html_path: HtmlOpt = None,
     compare: CompareOpt = True,
+    keep_topics: KeepTopicsOpt = False,
     log_columns: ColumnsOpt = None,
     time_unit: TimeUnitOpt = TimeUnit.s,
     label_threshold: LabelThresholdOpt = None,
@@ -89,7 +97,9 @@ def demo(
         offline = _offline(settings, bundle, replayed) if compare else None
         log_dir = settings.cache_dir / "run" / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
         run_speed = 0.0 if lockstep else speed
-        summary = run_demo(settings, replayed, bundle, log_dir, run_speed, console.log, offline)
+        summary = run_demo(
+            settings, replayed, bundle, log_dir, run_speed, console.log, offline, keep_topics
+        )
         if compare and not lockstep:
             _offline_at_latency(settings, bundle, replayed, summary)
     finally:

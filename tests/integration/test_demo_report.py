@@ -72,6 +72,11 @@ def test_demo_report_renders_every_plot_in_chromium(
     assert summary["timeline"], "no lag/counter samples during the replay"
     assert {len(s["lag"]) for s in summary["timeline"]} == {3}  # pipeline, fm, ranker
     assert summary["read_latency"]["count"] == len(times)  # the ranker's own histogram
+    # the run's topics (and Faust's changelogs) were deleted once it had reported
+    from streams.topics import admin_client
+
+    left = admin_client(settings).list_topics(timeout=10).topics
+    assert not [t for t in left if t.startswith(unique)], "the demo left its topics behind"
 
     page = write_report(summary, tmp_path / "report.html")
     dom = dump_dom(browser, page)
