@@ -163,17 +163,9 @@ def _compare_with_simulator(
     """The clean run: the simulator on the same traffic with the same settings and bundle."""
     from models.data.traffic import read_traffic
     from store.values import decode_vector
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from tests.integration.value_parity import simulated_values
+    from tests.integration.value_parity import simulated_for
 
-    models, _ = load_models(settings, bundle)
-    sim = simulated_values(
-        read_traffic(traffic),
-        sim_config_from_settings(settings, models.fm.dim),
-        models,
-        settings.key_prefix,
-    )
+    sim = simulated_for(settings, bundle, read_traffic(traffic))
     report.only_live = sorted(set(histories) - set(sim.histories))
     report.only_simulated = sorted(set(sim.histories) - set(histories))
     report.histories_differing = sum(

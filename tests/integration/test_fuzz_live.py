@@ -310,18 +310,10 @@ def _live_values(settings: Settings, codec: Codec, users: set[int]) -> Any:
 
 
 def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: Path) -> None:
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from tests.integration.value_parity import compare_vectors, simulated_values
+    from tests.integration.value_parity import compare_vectors, simulated_for
 
     settings = fuzz_run["settings"]
-    models, _ = load_models(settings, bundle)
-    offline = simulated_values(
-        fuzz_run["events"],
-        sim_config_from_settings(settings, models.fm.dim),
-        models,
-        settings.key_prefix,
-    )
+    offline = simulated_for(settings, bundle, fuzz_run["events"])
     live = _live_values(settings, fuzz_run["codec"], fuzz_run["valid"]["users"])
     assert live.histories.keys() == offline.histories.keys()
     wrong = [k for k in offline.histories if live.histories[k] != offline.histories[k]]

@@ -111,18 +111,10 @@ def cluster_run(
 
 def test_cluster_values_equal_simulator(cluster_run: dict[str, Any], bundle: Path) -> None:
     from models.data.traffic import read_traffic
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from tests.integration.value_parity import compare_vectors, simulated_values
+    from tests.integration.value_parity import compare_vectors, simulated_for
 
     settings = cluster_run["settings"]
-    models, _ = load_models(settings, bundle)
-    offline = simulated_values(
-        read_traffic(cluster_run["traffic"]),
-        sim_config_from_settings(settings, models.fm.dim),
-        models,
-        settings.key_prefix,
-    )
+    offline = simulated_for(settings, bundle, read_traffic(cluster_run["traffic"]))
     live = cluster_run["values"]
     print(f"keys per master: {dict(cluster_run['per_node'])}")
     assert len(cluster_run["per_node"]) >= 2, "the run's keys did not spread over the masters"

@@ -36,7 +36,7 @@ from tests.integration.live_harness import (
     read_topic,
     wait_drained,
 )
-from tests.integration.value_parity import Values, simulated_values
+from tests.integration.value_parity import simulated_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
@@ -109,20 +109,8 @@ def run_lockstep(
     return {"crashed": count["crashed"], "log": log}
 
 
-def simulated(settings: Settings, traffic: Path, bundle: Path) -> Values:
-    """What a clean run produces: the simulator on the same traffic and settings (lockstep live
-    runs equal it byte for byte: test_live_parity, test_scale_out)."""
-    from models.data.traffic import read_traffic
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-
-    models, _ = load_models(settings, bundle)
-    config = sim_config_from_settings(settings, models.fm.dim)
-    return simulated_values(read_traffic(traffic), config, models, settings.key_prefix)
-
-
 def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: Path) -> None:
-    from models.data.traffic import load_requests
+    from models.data.traffic import load_requests, read_traffic
 
     base = Settings()
     require_kafka_and_redis(base)
@@ -134,7 +122,7 @@ def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: P
     result = run_lockstep(crash, traffic, tmp_path, crash_at=25)
     assert result["crashed"]
 
-    clean = simulated(crash, traffic, bundle)
+    clean = simulated_for(crash, bundle, read_traffic(traffic))
     pairs = verified_pairs(crash)
     assert pairs and missing_pairs(crash, pairs) == []
     assert pairs == {(u, i) for u, i, _ in clean.histories}

@@ -203,18 +203,10 @@ def test_every_user_key_sits_on_one_partition_number_in_every_topic(
 
 def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> None:
     """The ranker reads what the simulator computes: same histories, vectors and aggregates."""
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from tests.integration.value_parity import compare_vectors, simulated_values
+    from tests.integration.value_parity import compare_vectors, simulated_for
 
     settings = live_run["settings"]
-    models, _ = load_models(settings, bundle)
-    offline = simulated_values(
-        live_run["events"](),
-        sim_config_from_settings(settings, models.fm.dim),
-        models,
-        settings.key_prefix,
-    )
+    offline = simulated_for(settings, bundle, live_run["events"]())
     live = live_run["values"]
 
     # 1. The FM saw the same history for every pair (live: the verified topic).

@@ -182,18 +182,10 @@ def test_every_worker_processed_messages(scale_run: dict[str, Any]) -> None:
 
 def test_values_equal_simulator_byte_for_byte(scale_run: dict[str, Any], bundle: Path) -> None:
     from models.data.traffic import read_traffic
-    from streams.models_loader import load_models
-    from streams.simulate.config import sim_config_from_settings
-    from tests.integration.value_parity import compare_vectors, simulated_values
+    from tests.integration.value_parity import compare_vectors, simulated_for
 
     settings: Settings = scale_run["settings"]
-    models, _ = load_models(settings, bundle)
-    offline = simulated_values(
-        read_traffic(scale_run["traffic_path"]),
-        sim_config_from_settings(settings, models.fm.dim),
-        models,
-        settings.key_prefix,
-    )
+    offline = simulated_for(settings, bundle, read_traffic(scale_run["traffic_path"]))
     live = scale_run["values"]
     assert scale_run["replay"].requests > 0
     assert live.histories == offline.histories

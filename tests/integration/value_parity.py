@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -105,6 +106,19 @@ def simulated_values(
         {k: v for k, v in store.written.items() if b":p:" in k},
         {k: v for k, v in store.written.items() if k.endswith(b":agg")},
     )
+
+
+def simulated_for(
+    settings: Settings, bundle: Path, events: Iterable[RequestEvent | ImpressionEvent]
+) -> Values:
+    """:func:`simulated_values` with the bundle's models and the simulator configured from the
+    live run's ``settings``: what a clean lockstep run of them produces."""
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+
+    models, _ = load_models(settings, bundle)
+    config = sim_config_from_settings(settings, models.fm.dim)
+    return simulated_values(events, config, models, settings.key_prefix)
 
 
 def live_values(settings: Settings) -> Values:
