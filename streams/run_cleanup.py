@@ -55,7 +55,7 @@ def delete_run(settings: Settings, prefix: str, timeout_s: float = 30.0) -> Clea
                     groups += 1
     except KafkaException as exc:
         log.warning("cleanup of run %s incomplete: %s", prefix, exc)
-    state = [p for p in settings.faust_state_root.glob(f"{prefix}-*") if of_run(p.name, prefix)]
+    state = list(settings.faust_state_root.glob(f"{prefix}-*"))
     for path in state:
         shutil.rmtree(path, ignore_errors=True)
     return Cleaned(topics, groups, len(state))
