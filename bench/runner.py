@@ -51,7 +51,14 @@ BENCHES: dict[str, Spec] = {
         "bench.fm",
         "run_fm",
         "fm_table",
-        ("batch", "bare pairs/s", "engine pairs/s", "engine/bare", "embed-only/bare"),
+        (
+            "batch",
+            "bare pairs/s",
+            "engine pairs/s",
+            "engine/bare",
+            "sequential/bare",
+            "CPU µs/pair",
+        ),
         "FM throughput: bare onnxruntime vs Embedder (+ in-memory store) vs live worker",
     ),
     "pipeline": Spec(

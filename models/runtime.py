@@ -270,17 +270,33 @@ class FMRunner:
 
         ``user_ids`` only fixes B here (the FM reads the user through the history).
         """
-        users = _ids("user_ids", user_ids)
-        b = users.shape[0]
-        items = _ids("item_ids", item_ids, b)
+        b = _ids("user_ids", user_ids).shape[0]
+        return self.run_prepared(self.prepare(item_ids, event_time_ms, histories, b))
+
+    def prepare(
+        self,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory],
+        n: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The model's input tensors for these pairs (validation, history cuts, vocabulary):
+        the Python half of :meth:`embed`, which a caller can run while the model computes
+        another batch (:meth:`run_prepared` holds no GIL while onnxruntime runs)."""
+        items = _ids("item_ids", item_ids, n)
+        b = items.shape[0]
         times = _ids("event_time_ms", event_time_ms, b)
         if len(histories) != b:
             raise InputError(f"got {len(histories)} histories for {b} pairs")
         if b == 0:
+            return {}
+        return fm_batch_inputs(self.item_vocab, items, times, histories, self.history_len)
+
+    def run_prepared(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``(embeddings float32 [B, d], logits float32 [B])`` of :meth:`prepare`'s tensors."""
+        if not inputs:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
-        out = self.session.run(
-            fm_batch_inputs(self.item_vocab, items, times, histories, self.history_len)
-        )
+        out = self.session.run(inputs)
         return out["embedding"].astype(np.float32, copy=False), out["logit"].astype(
             np.float32, copy=False
         )

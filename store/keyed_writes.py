@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.keys import KeyLayout
-from store.values import encode_aggregate, encode_neighbours, encode_pair
+from store.values import encode_aggregate, encode_neighbours, encode_pairs
 
 
 class KeyedWrites:
@@ -19,8 +19,8 @@ class KeyedWrites:
         raise NotImplementedError
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        pair = self.layout.pair
-        self._write([(pair(r.user_id, r.item_id), encode_pair(r)) for r in pairs], ttl_ms)
+        keys, values = self.layout.pair_keys(pairs), encode_pairs(pairs)
+        self._write(list(zip(keys, values, strict=True)), ttl_ms)
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
         agg = self.layout.aggregate

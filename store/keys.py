@@ -6,10 +6,20 @@ shard and one ``MGET`` serves them in a single round trip, also under Redis Clus
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import overload
+from typing import Protocol, overload
+
+
+class HasPairKey(Protocol):
+    """Anything that names a pair (a :class:`~schemas.records.PairEmbedding`)."""
+
+    @property
+    def user_id(self) -> int: ...
+
+    @property
+    def item_id(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +42,12 @@ class KeyLayout:
         """Pair keys of one user, built with one format call (hot path: 500 per request)."""
         head = self.pair_head(user_id)
         return [f"{head}{item}".encode() for item in item_ids]
+
+    def pair_keys(self, pairs: Iterable[HasPairKey]) -> list[bytes]:
+        """``[pair(r.user_id, r.item_id) for r in pairs]`` with the prefix bound once (the FM
+        writes ~100,000 pairs/s through this)."""
+        p = self.prefix
+        return [f"{p}:{{u{r.user_id}}}:p:{r.item_id}".encode() for r in pairs]
 
     def aggregate(self, user_id: int) -> bytes:
         return f"{self.prefix}:{{u{user_id}}}:agg".encode()

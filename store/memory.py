@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
-from store.values import encode_aggregate, encode_neighbours, encode_pair
+from store.values import encode_aggregate, encode_neighbours, encode_pairs
 
 
 def _wall_clock_ms() -> int:
@@ -44,8 +44,9 @@ class InMemoryStore:
         return entry[1]
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        for rec in pairs:
-            self._put(self.layout.pair(rec.user_id, rec.item_id), encode_pair(rec), ttl_ms)
+        expires = self._clock_ms() + ttl_ms  # one clock read: the batch is written at once
+        keys, values = self.layout.pair_keys(pairs), encode_pairs(pairs)
+        self._data.update(zip(keys, [(expires, v) for v in values], strict=True))
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
         for rec in aggregates:

@@ -29,6 +29,7 @@ from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch, ReadResult
 from store.redis_pool import ReadPool, mget_header, pack_headed_keys, pack_keys
+from store.redis_writes import set_px_many
 
 _WRITE_TIMEOUT_S = 5.0
 #: read connections: one per reading thread is enough; spares cover the ones being repaired
@@ -80,10 +81,7 @@ class RedisStore(KeyedWrites):
         if not items:
             return
         try:
-            pipe = self._writer.pipeline(transaction=False)
-            for key, value in items:
-                pipe.set(key, value, px=ttl_ms)
-            pipe.execute()
+            set_px_many(self._writer, items, ttl_ms)
         except redis.TimeoutError as exc:
             raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
         except redis.RedisError as exc:

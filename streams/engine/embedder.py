@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -49,13 +49,53 @@ class EmbedderStats:
         return self.pairs / self.seconds if self.seconds else 0.0
 
 
+@runtime_checkable
+class PreparingModel(EmbeddingModel, Protocol):
+    """An FM whose ``embed`` splits into a Python half and a model half (:class:`FMRunner`):
+    the caller can build the next batch's inputs while the model runs this one."""
+
+    def prepare(
+        self,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory],
+        n: int | None = None,
+    ) -> dict[str, np.ndarray]: ...
+
+    def run_prepared(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(slots=True)
+class PreparedPairs:
+    """Pairs ready for the model: their keys and, for a :class:`PreparingModel`, its input
+    tensors (else the per-pair histories that ``embed`` takes)."""
+
+    users: np.ndarray
+    items: np.ndarray
+    times: np.ndarray
+    inputs: dict[str, np.ndarray] | None
+    histories: Sequence[UserHistory] = ()
+
+    def __len__(self) -> int:
+        return int(self.users.shape[0])
+
+
 class Embedder:
-    """Turns verified pairs into :class:`PairEmbedding` records."""
+    """Turns verified pairs into :class:`PairEmbedding` records.
+
+    :meth:`embed` and :meth:`embed_messages` do it in one call. A caller that overlaps batches
+    (the ``embed`` agent) calls the three steps instead: :meth:`prepare_messages` and
+    :meth:`records` on its own thread, :meth:`run` (the model, no GIL in onnxruntime) on a
+    model thread, so input building and record making of neighbouring batches overlap the FM.
+    """
 
     def __init__(self, model: EmbeddingModel, dtype: VectorDtype = VectorDtype.FLOAT16) -> None:
         self.model = model
         self.dtype = dtype
         self.stats = EmbedderStats()
+        #: the model again where it can prepare (checked once: a Protocol ``isinstance``
+        #: inspects every member)
+        self._split = model if isinstance(model, PreparingModel) else None
 
     def embed(
         self, pairs: Sequence[PairProposal], histories: Sequence[UserHistory]
@@ -64,44 +104,85 @@ class Embedder:
             raise ValueError(f"{len(pairs)} pairs but {len(histories)} histories")
         if not pairs:
             return []
-        n = len(pairs)
-        start = time.perf_counter()
+        prepared = self.prepare(pairs, histories)
+        return self.records(prepared, self.run(prepared))
+
+    def prepare(
+        self, pairs: Sequence[PairProposal], histories: Sequence[UserHistory]
+    ) -> PreparedPairs:
+        """Keys and model inputs of ``pairs`` (one history each): :meth:`embed`'s first step."""
+        if len(pairs) != len(histories):
+            raise ValueError(f"{len(pairs)} pairs but {len(histories)} histories")
         keys = np.array([(p.user_id, p.item_id, p.event_time_ms) for p in pairs], np.int64)
-        vectors, _ = self.model.embed(keys[:, 0], keys[:, 1], keys[:, 2], histories)
-        self.stats.seconds += time.perf_counter() - start
-        self.stats.pairs += n
-        self.stats.batches += 1
-        return self._records(keys.tolist(), vectors)
+        keys = keys.reshape(len(pairs), 3)
+        return self._prepare(keys[:, 0], keys[:, 1], keys[:, 2], histories)
 
     def embed_messages(
         self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
     ) -> list[PairEmbedding]:
         """The pairs of verified messages (``item_ids`` of each, embedded with that message's
         history): equal to :meth:`embed` over their pairs, without a record per pair going in."""
+        prepared = self.prepare_messages(batches, histories)
+        if not len(prepared):
+            return []
+        return self.records(prepared, self.run(prepared))
+
+    def prepare_messages(
+        self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
+    ) -> PreparedPairs:
+        """Keys and model inputs of the messages' pairs (the Python half of the FM call)."""
         if len(batches) != len(histories):
             raise ValueError(f"{len(batches)} messages but {len(histories)} histories")
         counts = [len(b.item_ids) for b in batches]
         n = sum(counts)
-        if not n:
-            return []
-        start = time.perf_counter()
         items = np.fromiter(itertools.chain.from_iterable(b.item_ids for b in batches), np.int64, n)
         users = np.repeat(np.array([b.user_id for b in batches], np.int64), counts)
         times = np.repeat(np.array([b.event_time_ms for b in batches], np.int64), counts)
         per_pair = [h for h, k in zip(histories, counts, strict=True) for _ in range(k)]
-        vectors, _ = self.model.embed(users, items, times, per_pair)
+        return self._prepare(users, items, times, per_pair)
+
+    def _prepare(
+        self,
+        users: np.ndarray,
+        items: np.ndarray,
+        times: np.ndarray,
+        histories: Sequence[UserHistory],
+    ) -> PreparedPairs:
+        start = time.perf_counter()
+        if self._split is not None:
+            inputs = self._split.prepare(items, times, histories, len(users))
+            out = PreparedPairs(users, items, times, inputs)
+        else:
+            out = PreparedPairs(users, items, times, None, histories)
         self.stats.seconds += time.perf_counter() - start
+        return out
+
+    def run(self, prepared: PreparedPairs) -> np.ndarray:
+        """The FM on prepared pairs: embeddings float32 ``[B, dim]`` (thread-safe to call from
+        one model thread while another thread prepares or makes records)."""
+        start = time.perf_counter()
+        if prepared.inputs is not None and self._split is not None:
+            vectors, _ = self._split.run_prepared(prepared.inputs)
+        else:
+            p = prepared
+            vectors, _ = self.model.embed(p.users, p.items, p.times, p.histories)
+        self.stats.seconds += time.perf_counter() - start
+        return vectors
+
+    def records(self, prepared: PreparedPairs, vectors: np.ndarray) -> list[PairEmbedding]:
+        """One record per pair (the vectors converted in one call and sliced as bytes, cheaper
+        than a numpy row and ``tobytes`` per pair)."""
+        n = len(prepared)
+        if vectors.shape[0] != n:
+            raise ValueError(f"the model returned {vectors.shape[0]} vectors for {n} pairs")
         self.stats.pairs += n
         self.stats.batches += 1
-        keys = zip(users.tolist(), items.tolist(), times.tolist(), strict=True)
-        return self._records(keys, vectors)
-
-    def _records(self, keys: Iterable[Sequence[int]], vectors: np.ndarray) -> list[PairEmbedding]:
-        """One record per ``(user, item, time)``; the vectors converted in one call and sliced
-        as bytes (cheaper than a numpy row and ``tobytes`` per pair)."""
         raw = np.ascontiguousarray(vectors, dtype=self.dtype.numpy)
         version, dim, dtype = self.model.model_version, int(raw.shape[1]), self.dtype.value
         buf, width = raw.tobytes(), raw.shape[1] * raw.itemsize
+        keys = zip(
+            prepared.users.tolist(), prepared.items.tolist(), prepared.times.tolist(), strict=True
+        )
         return [
             PairEmbedding(u, i, t, version, dtype, dim, buf[o : o + width])
             for (u, i, t), o in zip(keys, range(0, len(buf), width), strict=True)

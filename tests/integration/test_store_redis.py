@@ -12,6 +12,7 @@ from store.errors import StoreError, StoreUnavailable
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch
 from store.redis_store import RedisStore
+from store.values import encode_pairs
 from tests.contract.store_contract import StoreContract, pair
 
 pytestmark = pytest.mark.integration
@@ -71,6 +72,19 @@ class TestRedisStore(StoreContract):
         ttl = client.pttl(store.layout.pair(3, 30))
         client.close()
         assert 0 < ttl <= 60_000
+
+    def test_a_batch_of_error_replies_leaves_the_connection_in_step(
+        self, store: RedisStore
+    ) -> None:
+        """The packed write reads every reply, also after an error reply: a write that stopped
+        at the first error would leave the rest unread and the next write would read them."""
+        bad = [pair(4, i) for i in range(20)]
+        with pytest.raises(StoreUnavailable, match="invalid expire time"):
+            store.write_pairs(bad, ttl_ms=0)  # Redis refuses PX 0: 20 error replies
+        good = [pair(4, i, seed=i) for i in range(20)]
+        store.write_pairs(good, ttl_ms=60_000)
+        got = store.read(ReadBatch(pairs=[(4, i) for i in range(20)]), 500).pairs
+        assert got == encode_pairs(good)
 
     def test_unreachable_redis_raises_store_error_quickly(self) -> None:
         dead = RedisStore("redis://127.0.0.1:1/0")

@@ -224,3 +224,39 @@ def test_settings_providers_reach_the_bundle(
     monkeypatch.setenv("SOLARIS_ONNX_PROVIDERS", "NoSuchExecutionProvider")
     with pytest.raises(InferenceError, match="NoSuchExecutionProvider"):
         load_models(Settings(), bundle_dir)
+
+
+def test_embedder_steps_overlapped_equal_one_call_per_batch(bundle_dir: Path) -> None:
+    """The embed agent's split (inputs and records on its thread, the model on a model thread,
+    batches overlapping) gives the records of one ``embed_messages`` call per batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from schemas.records import ProposalBatch
+    from streams.engine.embedder import Embedder, PreparingModel
+
+    b = load_bundle(bundle_dir)
+    assert isinstance(b.fm, PreparingModel)
+    hist = UserHistory.of([101, 102, 103], [1, 0, 1], [1_000, 2_000, 3_000])
+    groups = [
+        (
+            [
+                ProposalBatch(
+                    f"r{g}-{m}", m + 1, 2_000 + 1_000 * g, 9, items, ("candidates",) * len(items)
+                )
+                for m in range(4)
+                for items in [tuple(100 + (g + m + k) % 12 for k in range(3 + m))]
+            ],
+            [hist, UserHistory.empty(), hist, hist],
+        )
+        for g in range(6)
+    ]
+    want = [Embedder(b.fm).embed_messages(msgs, hists) for msgs, hists in groups]
+    embedder = Embedder(b.fm)
+    with ThreadPoolExecutor(1) as model_thread:
+        prepared = [embedder.prepare_messages(msgs, hists) for msgs, hists in groups]
+        futures = [model_thread.submit(embedder.run, p) for p in prepared]
+        got = [embedder.records(p, f.result()) for p, f in zip(prepared, futures, strict=True)]
+    assert got == want
+    assert embedder.stats.pairs == sum(len(r) for r in want) and embedder.stats.batches == 6
+    with pytest.raises(ValueError, match="returned 2 vectors"):
+        embedder.records(prepared[0], np.zeros((2, DIM), np.float32))

@@ -65,10 +65,16 @@ class EmbedAgent:
         self.pairs_per_message = 8.0
 
     async def fm(self, items: list[EmbedInput[Any]]) -> list[PairEmbedding]:
-        batches, histories = [it.batch for it in items], [it.history for it in items]
-        return await in_pool(
-            MODEL_POOL, self.parts.stages.embedder.embed_messages, batches, histories
+        """One FM call: inputs and records built here, only the model in the model thread
+        (onnxruntime releases the GIL), so the next group's inputs are built while it runs."""
+        embedder = self.parts.stages.embedder
+        prepared = embedder.prepare_messages(
+            [it.batch for it in items], [it.history for it in items]
         )
+        if not len(prepared):
+            return []
+        vectors = await in_pool(MODEL_POOL, embedder.run, prepared)
+        return embedder.records(prepared, vectors)
 
     async def embed_group(self, group: list[EmbedInput[Any]]) -> EmbedOutcome[Any]:
         """One FM group (queued in the model thread in batch order)."""

@@ -1,0 +1,56 @@
+"""``SET key value PX ttl`` for a whole batch, packed by hand and sent in one ``sendall``.
+
+Why not redis-py's pipeline: it builds a command object per ``SET``, packs each one and parses
+every reply through its generic machinery, about 12 µs of CPU per key measured here (512 keys
+of 150 B), which made it the largest single cost of the FM worker. The same commands packed
+as one RESP blob cost about 2 µs per key. Connections, authentication, TLS and reply parsing
+stay redis-py's (a pooled connection of the caller's client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+
+_SET_HEAD = b"*5\r\n$3\r\nSET\r\n"
+
+
+def pack_set_px(items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> bytes:
+    """``SET k v PX ttl_ms`` for each ``(k, v)``, as consecutive RESP commands."""
+    ttl = b"%d" % ttl_ms
+    tail = b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
+    return b"".join(
+        [
+            b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (_SET_HEAD, len(k), k, len(v), v, tail)
+            for k, v in items
+        ]
+    )
+
+
+def set_px_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
+    """Write every item with one packed send, then read one reply per item.
+
+    Every reply is read even after an error reply, so the connection stays in step; on any
+    other failure (timeout, reset) the connection is dropped, since replies may be left unread.
+    Raises the first error reply (``redis.ResponseError``) or the transport's error.
+    """
+    if not items:
+        return
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command([pack_set_px(items, ttl_ms)], check_health=False)
+        first_error: redis.ResponseError | None = None
+        for _ in range(len(items)):
+            try:
+                conn.read_response(disable_decoding=True)
+            except redis.ResponseError as exc:
+                first_error = first_error or exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    if first_error is not None:
+        raise first_error
