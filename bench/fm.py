@@ -3,9 +3,13 @@
 * **bare** — ``onnxruntime.InferenceSession.run`` on prebuilt input tensors of real pairs: the
   floor, nothing but the model.
 * **embedder** — the engine's :class:`~streams.engine.embedder.Embedder` on the same pairs
-  in-process: history cuts, vocabulary lookups, the ONNX call, ``PairEmbedding`` records and the
-  in-memory store write; also without the store write (``embed_only``). Measured interleaved
-  with bare (the order rotates per round).
+  in-process, as the embed agent runs it: history cuts and vocabulary lookups (``prepare``),
+  the ONNX call on a model thread (``run``), ``PairEmbedding`` records and the in-memory store
+  write, with the model computing batch k while the caller prepares batch k+1 and stores batch
+  k−1 (on 2 cores that overlap is the difference: the model call holds no GIL).
+  ``sequential`` does the same steps one after the other and ``embed_only`` skips the store
+  write (where the time goes). CPU µs per pair (this process, all threads) next to bare's say
+  what the overlap costs. Measured interleaved with bare (the order rotates per round).
 * **live** — verified messages of the same pairs replayed into Kafka, then a real
   ``solaris worker --agents embed`` (Faust) embeds them and writes Redis. Its rate is timed from
   the first to the last pair written (the worker's Prometheus counter of pairs written, polled
