@@ -31,8 +31,14 @@ class InMemoryStore:
         #: Number of read round trips served (tests assert the reader's budget with it).
         self.round_trips = 0
 
+    def _put_many(self, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        """Every write goes through here (one clock read per batch; subclasses that record
+        writes override only this)."""
+        expires = self._clock_ms() + ttl_ms
+        self._data.update([(k, (expires, v)) for k, v in items])
+
     def _put(self, key: bytes, value: bytes, ttl_ms: int) -> None:
-        self._data[key] = (self._clock_ms() + ttl_ms, value)
+        self._put_many([(key, value)], ttl_ms)
 
     def _get(self, key: bytes, now_ms: int) -> bytes | None:
         entry = self._data.get(key)
@@ -44,9 +50,8 @@ class InMemoryStore:
         return entry[1]
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        expires = self._clock_ms() + ttl_ms  # one clock read: the batch is written at once
         keys, values = self.layout.pair_keys(pairs), encode_pairs(pairs)
-        self._data.update(zip(keys, [(expires, v) for v in values], strict=True))
+        self._put_many(list(zip(keys, values, strict=True)), ttl_ms)
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
         for rec in aggregates:

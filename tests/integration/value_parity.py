@@ -47,9 +47,9 @@ class RecordingStore(InMemoryStore):
         super().__init__(layout, clock_ms)
         self.written: dict[bytes, bytes] = {}
 
-    def _put(self, key: bytes, value: bytes, ttl_ms: int) -> None:
-        super()._put(key, value, ttl_ms)
-        self.written[key] = value
+    def _put_many(self, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        super()._put_many(items, ttl_ms)
+        self.written.update(items)
 
 
 @dataclass
