@@ -76,6 +76,10 @@ def demo_env(settings: Settings, run_id: str, bundle: Path) -> dict[str, str]:
     return env
 
 
+#: per describe of the consumer groups while waiting for them (retried until the deadline)
+DESCRIBE_TIMEOUT_S = 2.0
+
+
 def wait_for_groups(settings: Settings, groups: list[str], timeout_s: float = 120.0) -> None:
     """Block until every consumer group exists and is Stable (workers joined and assigned)."""
     from confluent_kafka import ConsumerGroupState
@@ -86,10 +90,13 @@ def wait_for_groups(settings: Settings, groups: list[str], timeout_s: float = 12
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            futs = reader.admin.describe_consumer_groups(groups)
+            # A short request timeout: on a fresh broker (no __consumer_offsets yet) the first
+            # describe waits for a coordinator, and without one it blocked for the client's
+            # default 60 s although the workers had joined seconds later.
+            futs = reader.admin.describe_consumer_groups(groups, request_timeout=DESCRIBE_TIMEOUT_S)
             try:
                 states = [f.result().state for f in futs.values()]
-            except Exception:  # groups not created yet
+            except Exception:  # groups not created yet, or no coordinator yet
                 states = []
             if states and all(s == ConsumerGroupState.STABLE for s in states):
                 return

@@ -62,7 +62,9 @@ class LagReader:
         out: list[PartitionLag] = []
         for group in groups:
             try:
-                fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+                fut = self.admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)], request_timeout=10
+                )
                 committed = fut[group].result().topic_partitions
             except KafkaException as exc:
                 raise KafkaUnavailable(f"cannot read offsets of {group}: {exc}") from exc

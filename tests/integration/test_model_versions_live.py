@@ -2,7 +2,7 @@
 
 The pipeline starts on bundle A and replays the first half of the traffic (split inside a user's
 session, so fresh A pairs exist when the second half starts). Then only the FM worker and the
-ranker are restarted on bundle B (another model version, and item vectors of another dim, so the
+ranker are restarted (stopped gracefully, as a rolling upgrade does) on bundle B (another model version, and item vectors of another dim, so the
 pipeline worker's KNN snapshots are foreign to the B ranker); the pipeline worker stays on A.
 After the rest is replayed:
 
@@ -146,8 +146,10 @@ def switch_run(
             drain(settings_a, procs)
             time.sleep(1.0)  # the ranker auto-commits its offsets every 200 ms
             before = store_values(settings_a)
-            procs.kill9("fm")
-            procs.kill9("ranker")
+            # a rolling upgrade: the A workers stop gracefully and leave their groups (killed,
+            # they stayed members until Faust's 60 s session timeout and the B workers waited)
+            procs.stop("fm")
+            procs.stop("ranker")
             procs_b.start("fm", "worker", "--agents", "embed")
             procs_b.start("ranker", "ranker")
             groups = [f"{settings_a.topic_prefix}-{g}" for g in ("pipeline", "fm", "ranker")]
