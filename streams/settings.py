@@ -252,6 +252,16 @@ class Settings(BaseSettings):
         gt=0,
         description="How often Faust workers commit offsets (lower = faster drain checks).",
     )
+    consumer_session_timeout_s: float = Field(
+        45.0,
+        ge=6.0,
+        le=1800.0,
+        description=(
+            "Consumer-group session timeout of the workers: how long a crashed worker keeps "
+            "its partitions before the group gives them to another (Kafka's default; Faust's "
+            "own is 60 s). Heartbeats go every third of it. The broker allows 6–1800 s."
+        ),
+    )
     agent_batch_size: int = Field(
         256,
         gt=0,

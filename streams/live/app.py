@@ -83,6 +83,8 @@ def faust_app(settings: Settings, aid: str, web_port: int | None, store: str) ->
         # few table values, so a backlog of changelog writes took many small requests
         producer_max_batch_size=256 * 1024,
         broker_commit_interval=settings.faust_commit_interval_s,
+        broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_heartbeat_interval=settings.consumer_session_timeout_s / 3,
         table_standby_replicas=0,
         producer_acks=-1,
     )

@@ -75,6 +75,8 @@ def live_settings(
             "embedding_dim": TINY_TRAIN.embedding_dim,
             "history_len": TINY_TRAIN.history_len,
             "faust_commit_interval_s": 0.1,
+            # a killed worker's partitions move after 10 s, not 45: the crash tests wait for it
+            "consumer_session_timeout_s": 10.0,
             **extra,
         }
     )
@@ -105,6 +107,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         SOLARIS_EMBEDDING_DIM=str(settings.embedding_dim),
         SOLARIS_HISTORY_LEN=str(settings.history_len),
         SOLARIS_FAUST_COMMIT_INTERVAL_S=str(settings.faust_commit_interval_s),
+        SOLARIS_CONSUMER_SESSION_TIMEOUT_S=str(settings.consumer_session_timeout_s),
         SOLARIS_NEIGHBOUR_INTERVAL_MS=str(settings.neighbour_interval_ms),
         SOLARIS_VERIFIER_RANK_BY=settings.verifier_rank_by,
         PYTHONPATH=str(REPO_ROOT),

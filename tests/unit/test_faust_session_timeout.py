@@ -1,0 +1,24 @@
+"""The workers' consumer-group session timeout is a setting and reaches Faust (and aiokafka)."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from streams.live.app import faust_app
+from streams.settings import Settings
+
+
+def test_session_timeout_from_the_environment_reaches_faust(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SOLARIS_CONSUMER_SESSION_TIMEOUT_S", "12")
+    app = faust_app(Settings(topic_prefix="session-unit"), "session-unit", None, "memory://")
+    assert app.conf.broker_session_timeout == 12.0
+    assert app.conf.broker_heartbeat_interval == 4.0  # a third of it
+
+
+def test_default_is_kafkas_and_the_brokers_bounds_are_enforced() -> None:
+    assert Settings().consumer_session_timeout_s == 45.0
+    with pytest.raises(pydantic.ValidationError):
+        Settings(consumer_session_timeout_s=5.0)  # below the broker's 6 s minimum
