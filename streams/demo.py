@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.records import ImpressionEvent, RequestEvent
+from streams.lag import wait_for_groups
 from streams.settings import Settings
 
 Report = Callable[[str], None]
@@ -74,36 +75,6 @@ def demo_env(settings: Settings, run_id: str, bundle: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
-
-
-#: per describe of the consumer groups while waiting for them (retried until the deadline)
-DESCRIBE_TIMEOUT_S = 2.0
-
-
-def wait_for_groups(settings: Settings, groups: list[str], timeout_s: float = 120.0) -> None:
-    """Block until every consumer group exists and is Stable (workers joined and assigned)."""
-    from confluent_kafka import ConsumerGroupState
-
-    from streams.lag import LagReader
-
-    reader = LagReader(settings)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            # A short request timeout: on a fresh broker (no __consumer_offsets yet) the first
-            # describe waits for a coordinator, and without one it blocked for the client's
-            # default 60 s although the workers had joined seconds later.
-            futs = reader.admin.describe_consumer_groups(groups, request_timeout=DESCRIBE_TIMEOUT_S)
-            try:
-                states = [f.result().state for f in futs.values()]
-            except Exception:  # groups not created yet, or no coordinator yet
-                states = []
-            if states and all(s == ConsumerGroupState.STABLE for s in states):
-                return
-            time.sleep(1.0)
-    finally:
-        reader.close()
-    raise TimeoutError(f"consumer groups {groups} not stable after {timeout_s:.0f} s")
 
 
 def solaris_cmd() -> list[str]:

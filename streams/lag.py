@@ -132,3 +132,29 @@ class LagReader:
                 zeros = 0
             time.sleep(poll_s)
         return False
+
+
+#: per describe while waiting for the groups (retried until the deadline)
+DESCRIBE_TIMEOUT_S = 2.0
+
+
+def wait_for_groups(settings: Settings, groups: list[str], timeout_s: float = 120.0) -> None:
+    """Block until every consumer group exists and is Stable (workers joined and assigned)."""
+    from confluent_kafka import ConsumerGroupState
+
+    reader = LagReader(settings)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            # short: on a fresh broker the first describe waited 60 s for a coordinator
+            futs = reader.admin.describe_consumer_groups(groups, request_timeout=DESCRIBE_TIMEOUT_S)
+            try:
+                states = [f.result().state for f in futs.values()]
+            except Exception:  # groups not created yet, or no coordinator yet
+                states = []
+            if states and all(s == ConsumerGroupState.STABLE for s in states):
+                return
+            time.sleep(1.0)
+    finally:
+        reader.close()
+    raise TimeoutError(f"consumer groups {groups} not stable after {timeout_s:.0f} s")

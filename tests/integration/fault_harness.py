@@ -118,7 +118,7 @@ def fault_pipeline(
 ) -> Iterator[FaultProcs]:
     """Pipeline worker + FM worker (+ ranker) on ``settings``' broker and store, started and
     joined (groups Stable) before yielding; every child is stopped on exit."""
-    from streams.demo import wait_for_groups
+    from streams.lag import wait_for_groups
     from streams.topics import create_topics
 
     create_topics(settings)

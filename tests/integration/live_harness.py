@@ -177,7 +177,7 @@ class Procs:
 @contextmanager
 def pipeline(settings: Settings, log_dir: Path, ranker: bool = True) -> Iterator[Procs]:
     """Pipeline worker + separate FM worker (+ ranker) for ``settings``; stopped on exit."""
-    from streams.demo import wait_for_groups
+    from streams.lag import wait_for_groups
     from streams.topics import create_topics
 
     create_topics(settings)

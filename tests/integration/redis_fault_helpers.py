@@ -151,7 +151,7 @@ def live_run(
     settings: Settings, bundle: Path, log_dir: Path
 ) -> Iterator[tuple[FaultProcs, InProcessRanker]]:
     """Pipeline + FM workers (processes) and the in-process ranker, all joined and assigned."""
-    from streams.demo import wait_for_groups
+    from streams.lag import wait_for_groups
 
     with fault_pipeline(settings, log_dir) as procs:
         ranker = InProcessRanker(settings, bundle)

@@ -37,7 +37,7 @@ def test_output_dated_past_the_broker_limit_costs_only_its_own_message(
     (``future_event_time``), the valid ones embedded, and the FM agent must not crash."""
     import redis
 
-    from streams.demo import wait_for_groups
+    from streams.lag import wait_for_groups
     from streams.topics import create_topics
     from tests.integration.live_harness import Procs
 

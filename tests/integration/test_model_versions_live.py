@@ -122,8 +122,7 @@ def switch_run(
     traffic: Path, bundle: Path, bundle_b: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
     """Run the upgrade once; the tests below assert on what it produced."""
-    from streams.demo import wait_for_groups
-    from streams.lag import LagReader
+    from streams.lag import LagReader, wait_for_groups
     from streams.live.stats import read_stats
     from streams.replay import replay_file
     from tests.conftest import require_kafka_and_redis

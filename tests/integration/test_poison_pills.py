@@ -32,7 +32,7 @@ def verified(user: int, times: tuple[int, ...], labels: tuple[int, ...]) -> Prop
 def test_poison_messages_are_dead_lettered_and_the_batch_is_embedded(
     bundle: Path, tmp_path: Path
 ) -> None:
-    from streams.demo import wait_for_groups
+    from streams.lag import wait_for_groups
     from streams.topics import create_topics
 
     # one micro-batch holds the poison and the valid messages

@@ -96,8 +96,8 @@ def test_prometheus_scrapes_a_live_run(
     traffic: Path, bundle: Path, tmp_path: Path, prometheus_env: dict[str, str]
 ) -> None:
     from models.bundle import BundleMeta
-    from streams.demo import wait_for_groups
     from streams.kafka_clients import make_producer
+    from streams.lag import wait_for_groups
     from streams.replay import replay_file
     from streams.topics import create_topics
 
