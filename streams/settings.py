@@ -252,6 +252,16 @@ class Settings(BaseSettings):
         gt=0,
         description="How often Faust workers commit offsets (lower = faster drain checks).",
     )
+    producer_linger_ms: float = Field(
+        5.0,
+        ge=0.0,
+        le=1000.0,
+        description=(
+            "How long the workers' Kafka producer waits to fill a batch before sending. A few "
+            "ms turns many small produce requests into few (FM worker: +20 % pairs/s, -12 % "
+            "CPU per pair measured); each hop of a message gains at most this much latency."
+        ),
+    )
     consumer_session_timeout_s: float = Field(
         45.0,
         ge=6.0,

@@ -87,6 +87,7 @@ def faust_app(settings: Settings, aid: str, web_port: int | None, store: str) ->
         broker_heartbeat_interval=settings.consumer_session_timeout_s / 3,
         table_standby_replicas=0,
         producer_acks=-1,
+        producer_linger=settings.producer_linger_ms / 1000,
     )
 
 

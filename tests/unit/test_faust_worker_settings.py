@@ -1,4 +1,5 @@
-"""The workers' consumer-group session timeout is a setting and reaches Faust (and aiokafka)."""
+"""Worker settings that reach Faust (and aiokafka): the consumer-group session timeout and the
+producer linger."""
 
 from __future__ import annotations
 
@@ -22,3 +23,11 @@ def test_default_is_kafkas_and_the_brokers_bounds_are_enforced() -> None:
     assert Settings().consumer_session_timeout_s == 45.0
     with pytest.raises(pydantic.ValidationError):
         Settings(consumer_session_timeout_s=5.0)  # below the broker's 6 s minimum
+
+
+def test_producer_linger_reaches_faust_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOLARIS_PRODUCER_LINGER_MS", "7")
+    app = faust_app(Settings(topic_prefix="linger-unit"), "linger-unit", None, "memory://")
+    assert app.conf.producer_linger == pytest.approx(0.007)
+    monkeypatch.delenv("SOLARIS_PRODUCER_LINGER_MS")
+    assert Settings().producer_linger_ms == 5.0
