@@ -7,7 +7,9 @@ A batch of messages is cut into FM groups (at most ``embed_batch_pairs`` pairs, 
 that a batch makes a few of them) and the groups are *pipelined*: group k+1 is in the model
 thread while group k is written to the store (its own Redis pipeline, in the store pool) and
 sent, and while the rest of the batch is still being decoded. Before, each stage waited for the
-previous one, so the FM sat idle most of the time (live/bare 0.16 in ``bench fm``).
+previous one, so the FM sat idle most of the time (live/bare 0.16 in ``bench fm``). Only the
+model call itself runs in the model thread (it holds no GIL there); a group's inputs and records
+are built on the event loop, so they overlap the model computing the neighbouring group.
 
 Store writes stay in input order, one group after the other: a user's later request in the same
 batch may embed the same pair again, and its newer value must be the one left in the store.
