@@ -22,19 +22,21 @@ that size too (``live_over_bare_matched``).
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnxruntime as ort
-
 from bench.common import BenchResult, Target, free_port, machine_info, ratio, redis_version
+from bench.fm_rates import (
+    bare_at,
+    bare_cpu_us,
+    bare_session,
+    flatten,
+    in_process,
+    per_pair_us,
+)
 from bench.live import LiveRun, scrape
 from bench.workload import (
     FULL_TRAFFIC,
@@ -44,11 +46,6 @@ from bench.workload import (
     bench_traffic,
     pair_workload,
 )
-from models.features import fm_inputs
-from models.runtime import FMRunner, UserHistory, cut_histories
-from schemas.records import PairProposal
-from store.memory import InMemoryStore
-from streams.engine.embedder import Embedder, PreparedPairs
 from streams.settings import Settings
 
 #: Prometheus series of the FM worker (streams.live.metrics): pairs written, FM calls made.
@@ -92,191 +89,6 @@ class FMConfig:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """``size`` pairs: engine inputs (proposals + histories) and the bare model's tensors."""
-
-    proposals: list[PairProposal]
-    histories: list[UserHistory]
-    tensors: dict[str, np.ndarray]
-
-
-def _flatten(wl: PairWorkload) -> tuple[list[PairProposal], list[UserHistory]]:
-    props: list[PairProposal] = []
-    hists: list[UserHistory] = []
-    for m, h in zip(wl.messages, wl.histories, strict=True):
-        for item in m.item_ids:
-            props.append(PairProposal(m.request_id, m.user_id, item, m.event_time_ms, "candidates"))
-            hists.append(h)
-    return props, hists
-
-
-def _batches(
-    fm: FMRunner, props: list[PairProposal], hists: list[UserHistory], size: int, limit: int = 64
-) -> list[Batch]:
-    """Up to ``limit`` consecutive batches of ``size`` pairs with their bare-model tensors."""
-    out = []
-    for start in range(0, len(props) - size + 1, size):
-        p, h = props[start : start + size], hists[start : start + size]
-        times = np.fromiter((x.event_time_ms for x in p), np.int64, size)
-        items = np.fromiter((x.item_id for x in p), np.int64, size)
-        tensors = fm_inputs(fm.item_vocab, items, times, cut_histories(h, times, fm.history_len))
-        out.append(Batch(p, h, tensors))
-        if len(out) >= limit:
-            break
-    return out
-
-
-def _bare_session(path: Path, provider: str, threads: int) -> ort.InferenceSession:
-    """The FM as a plain ``InferenceSession`` with the engine's session options."""
-    opts = ort.SessionOptions()
-    if threads > 0:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=[provider])
-
-
-def _rate(
-    step: Callable[[Batch], object], batches: list[Batch], seconds: float
-) -> tuple[int, float]:
-    """Run ``step`` over ``batches`` cyclically for about ``seconds``: (pairs, elapsed s)."""
-    pairs, clock = 0, time.perf_counter
-    start = clock()
-    for b in itertools.cycle(batches):
-        step(b)
-        pairs += len(b.proposals)
-        if clock() - start >= seconds:
-            break
-    return pairs, clock() - start
-
-
-def _rate_overlapped(
-    embedder: Embedder,
-    store: InMemoryStore,
-    ttl_ms: int,
-    batches: list[Batch],
-    seconds: float,
-    model_thread: ThreadPoolExecutor,
-) -> tuple[int, float]:
-    """The embed agent's overlap in-process: the model thread runs batch k while this thread
-    builds batch k+1's inputs and makes and stores batch k−1's records. (pairs, elapsed s)."""
-    pairs, clock = 0, time.perf_counter
-    pending: tuple[PreparedPairs, Future[np.ndarray]] | None = None
-    start = clock()
-    for b in itertools.cycle(batches):
-        prepared = embedder.prepare(b.proposals, b.histories)
-        running = (prepared, model_thread.submit(embedder.run, prepared))
-        if pending is not None:
-            store.write_pairs(embedder.records(pending[0], pending[1].result()), ttl_ms)
-            pairs += len(pending[0])
-        pending = running
-        if clock() - start >= seconds:
-            break
-    if pending is not None:
-        store.write_pairs(embedder.records(pending[0], pending[1].result()), ttl_ms)
-        pairs += len(pending[0])
-    return pairs, clock() - start
-
-
-def _in_process(
-    cfg: FMConfig,
-    bare: ort.InferenceSession,
-    fm: FMRunner,
-    props: list[PairProposal],
-    hists: list[UserHistory],
-    ttl_ms: int,
-) -> dict[int, dict[str, dict[str, float]]]:
-    """Pairs/s and CPU µs per pair (this process, all threads) of bare and of the engine's
-    embedder per batch size, interleaved over rounds in rotating order.
-
-    ``embedder`` is the engine as the embed agent runs it (FM calls overlapped with input
-    building, records and the store write, see :func:`_rate_overlapped`); ``sequential`` is
-    one ``embed`` + store write after the other, and ``embed_only`` the same without the store
-    write (where the time goes).
-    """
-    embedder = Embedder(fm)
-    store = InMemoryStore()
-    model_thread = ThreadPoolExecutor(1, thread_name_prefix="bench-model")
-
-    def run_bare(b: Batch) -> object:
-        return bare.run(None, b.tensors)
-
-    def run_sequential(b: Batch) -> object:
-        store.write_pairs(embedder.embed(b.proposals, b.histories), ttl_ms)
-        return None
-
-    def run_embed_only(b: Batch) -> object:
-        return embedder.embed(b.proposals, b.histories)
-
-    def stepped(step: Callable[[Batch], object]) -> Callable[[list[Batch], float], Any]:
-        return lambda batches, seconds: _rate(step, batches, seconds)
-
-    def overlapped(batches: list[Batch], seconds: float) -> tuple[int, float]:
-        return _rate_overlapped(embedder, store, ttl_ms, batches, seconds, model_thread)
-
-    methods: list[tuple[str, Callable[[list[Batch], float], tuple[int, float]]]] = [
-        ("bare", stepped(run_bare)),
-        ("embedder", overlapped),
-        ("sequential", stepped(run_sequential)),
-        ("embed_only", stepped(run_embed_only)),
-    ]
-    batches = {n: _batches(fm, props, hists, n) for n in cfg.batch_sizes}
-    totals = {n: {name: [0, 0.0, 0.0] for name, _ in methods} for n in cfg.batch_sizes}
-    with model_thread:
-        for n in cfg.batch_sizes:  # warm-up: first runs allocate arenas and fill caches
-            for _, run in methods:
-                run(batches[n], cfg.seconds_per_point / 4)
-        for r in range(cfg.rounds):
-            for n in cfg.batch_sizes:
-                for j in range(len(methods)):  # rotate which method goes first
-                    name, run = methods[(r + j) % len(methods)]
-                    cpu = time.process_time()
-                    pairs, secs = run(batches[n], cfg.seconds_per_point)
-                    tot = totals[n][name]
-                    tot[0] += pairs
-                    tot[1] += secs
-                    tot[2] += time.process_time() - cpu
-    return {
-        n: {
-            name: {"pairs_per_s": pairs / secs, "cpu_us_per_pair": cpu / pairs * 1e6}
-            for name, (pairs, secs, cpu) in by.items()
-        }
-        for n, by in totals.items()
-    }
-
-
-def _bare_at(
-    bare: ort.InferenceSession,
-    fm: FMRunner,
-    props: list[PairProposal],
-    hists: list[UserHistory],
-    size: int,
-    seconds: float,
-) -> float:
-    batches = _batches(fm, props, hists, size, limit=8)
-    if not batches:
-        return 0.0
-    pairs, secs = _rate(lambda b: bare.run(None, b.tensors), batches, seconds)
-    return pairs / secs
-
-
-def _bare_cpu_us(
-    bare: ort.InferenceSession,
-    fm: FMRunner,
-    props: list[PairProposal],
-    hists: list[UserHistory],
-    size: int,
-    seconds: float,
-) -> float | None:
-    """Bare's CPU time per pair (µs, this process): next to the worker's CPU per pair it
-    compares work done, which other jobs on the machine change far less than wall-clock rates."""
-    batches = _batches(fm, props, hists, size, limit=8)
-    start = time.process_time()
-    pairs, _ = _rate(lambda b: bare.run(None, b.tensors), batches, seconds) if batches else (0, 0)
-    return _per_pair_us(time.process_time() - start, pairs)
-
-
 def _cpu_seconds(pid: int) -> float:
     """CPU time (user + system, all threads) of process ``pid`` so far; 0 where unreadable."""
     try:
@@ -284,10 +96,6 @@ def _cpu_seconds(pid: int) -> float:
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _per_pair_us(cpu_s: float, pairs: float) -> float | None:
-    return cpu_s / pairs * 1e6 if pairs > 0 and cpu_s > 0 else None
 
 
 def _live(
@@ -325,7 +133,7 @@ def _live(
         "produce_seconds": produce_s,
         "seconds_first_to_last": span,
         "pairs_per_s": (last[1] - first[1]) / span if span > 0 else None,
-        "worker_cpu_us_per_pair": _per_pair_us(last[2] - first[2], last[1] - first[1]),
+        "worker_cpu_us_per_pair": per_pair_us(last[2] - first[2], last[1] - first[1]),
         "fm_calls": int(calls),
         "pairs_per_fm_call": total / calls if calls else None,
         "timed_by": f"Prometheus {EMBEDDED}, polled every {cfg.poll_s * 1000:.0f} ms",
@@ -344,13 +152,22 @@ def run_fm(settings: Settings, cfg: FMConfig | None = None, smoke: bool = False)
     bundle = load_bundle(bundle_path, threads=settings.onnx_threads)
     fm = bundle.fm
     provider = fm.session.provider
-    bare = _bare_session(bundle_path / "fm.onnx", provider, settings.onnx_threads)
+    bare = bare_session(bundle_path / "fm.onnx", provider, settings.onnx_threads)
     wl = pair_workload(
         traffic, fm.history_len, max(cfg.in_process_pairs, cfg.live_pairs if cfg.live else 0)
     )
-    props, hists = _flatten(wl)
+    props, hists = flatten(wl)
     props, hists = props[: cfg.in_process_pairs], hists[: cfg.in_process_pairs]
-    rates = _in_process(cfg, bare, fm, props, hists, settings.pair_ttl_ms)
+    rates = in_process(
+        cfg.batch_sizes,
+        cfg.rounds,
+        cfg.seconds_per_point,
+        bare,
+        fm,
+        props,
+        hists,
+        settings.pair_ttl_ms,
+    )
     results: dict[str, Any] = {
         "bundle": bundle_path.name,
         "dim": fm.dim,
@@ -371,16 +188,14 @@ def run_fm(settings: Settings, cfg: FMConfig | None = None, smoke: bool = False)
             ratios[f"{name}_over_bare_{n}"] = ratio(r[name]["pairs_per_s"], bare_rate)
     if cfg.live:
         ref = 128 if 128 in cfg.batch_sizes else cfg.batch_sizes[-1]
-        before = _bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
+        before = bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
         live = _live(settings, bundle_path, wl, cfg, settings.cache_dir / "run" / "bench-logs")
-        after = _bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
+        after = bare_at(bare, fm, props, hists, ref, cfg.bare_around_live_s)
         per_call = round(live["pairs_per_fm_call"] or ref)
-        matched = _bare_at(
-            bare, fm, props, hists, min(per_call, len(props)), cfg.bare_around_live_s
-        )
+        matched = bare_at(bare, fm, props, hists, min(per_call, len(props)), cfg.bare_around_live_s)
         live["bare_around_live_pairs_per_s"] = (before + after) / 2
         live["bare_at_live_batch_pairs_per_s"] = matched
-        live["bare_cpu_us_per_pair"] = _bare_cpu_us(
+        live["bare_cpu_us_per_pair"] = bare_cpu_us(
             bare, fm, props, hists, ref, cfg.bare_around_live_s
         )
         results["live"] = live

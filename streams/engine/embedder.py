@@ -100,12 +100,7 @@ class Embedder:
     def embed(
         self, pairs: Sequence[PairProposal], histories: Sequence[UserHistory]
     ) -> list[PairEmbedding]:
-        if len(pairs) != len(histories):
-            raise ValueError(f"{len(pairs)} pairs but {len(histories)} histories")
-        if not pairs:
-            return []
-        prepared = self.prepare(pairs, histories)
-        return self.records(prepared, self.run(prepared))
+        return self._complete(self.prepare(pairs, histories))
 
     def prepare(
         self, pairs: Sequence[PairProposal], histories: Sequence[UserHistory]
@@ -122,10 +117,7 @@ class Embedder:
     ) -> list[PairEmbedding]:
         """The pairs of verified messages (``item_ids`` of each, embedded with that message's
         history): equal to :meth:`embed` over their pairs, without a record per pair going in."""
-        prepared = self.prepare_messages(batches, histories)
-        if not len(prepared):
-            return []
-        return self.records(prepared, self.run(prepared))
+        return self._complete(self.prepare_messages(batches, histories))
 
     def prepare_messages(
         self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
@@ -140,6 +132,10 @@ class Embedder:
         times = np.repeat(np.array([b.event_time_ms for b in batches], np.int64), counts)
         per_pair = [h for h, k in zip(histories, counts, strict=True) for _ in range(k)]
         return self._prepare(users, items, times, per_pair)
+
+    def _complete(self, prepared: PreparedPairs) -> list[PairEmbedding]:
+        """The model and the records of prepared pairs, in one call (no model call for none)."""
+        return self.records(prepared, self.run(prepared)) if len(prepared) else []
 
     def _prepare(
         self,
