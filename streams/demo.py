@@ -335,6 +335,7 @@ def run_demo(
     Faust state are deleted unless ``keep_topics`` (store keys stay until their TTL).
     """
     from models.data.traffic import load_requests
+    from streams.demo_delays import ArrivalRecorder
     from streams.live.report import live_summary
     from streams.report_html.timeline import Timeline
     from streams.topics import create_topics
@@ -351,7 +352,10 @@ def run_demo(
         children.check()
         mode = "in lockstep" if speed == 0 else f"timed at {speed:,.0f}x"
         report(f"replaying {total:,} requests {mode}")
-        with Timeline(run.settings, run.groups, run.topics) as timeline:
+        with (
+            Timeline(run.settings, run.groups, run.topics) as timeline,
+            ArrivalRecorder(run.settings) as arrivals,
+        ):
             stats = replay(run, traffic, speed, children, timeline, total, report)
             report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
             drained_s = drain(run, children, report)
@@ -367,6 +371,8 @@ def run_demo(
         timeline=timeline.as_json(),
         pipeline_behind_s=behind_summary(timeline.behind_ms(until_s=stats.seconds)),
         read_latency=latency,
+        # the raw per-request delays (not JSON): `solaris demo` pops them for its offline run
+        request_delays=arrivals.arrivals.delays() if speed > 0 else None,
         drain_seconds=drained_s,
         speed=speed,
         mode="lockstep" if speed == 0 else f"timed, speed {speed:g}",

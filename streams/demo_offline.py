@@ -5,20 +5,26 @@ A timed replay compresses event time: a pipeline that needs L wall seconds from 
 embedding is L × speed *event-time* seconds behind its users, and a user's next request inside
 that window finds nothing new. The lockstep simulator assumes zero latency. :class:`LatencySimulator`
 runs the same engine with every pipeline step of an event (speculate → verify → embed → write,
-and the impression's history update) applied ``delay_ms`` of event time late, while the ranker's
+and the impression's history update) applied late by a :class:`DelaySchedule`, while the ranker's
 reads stay on time, so "live at speed N" can be compared with "offline at the latency measured in
-that run". Both results are cached per (traffic, bundle, settings, delay): the simulator is
-deterministic, and a warm demo should not spend its minutes recomputing them.
+that run". The schedule is either one constant delay (:class:`ConstantDelay`) or the delays the
+demo measured for each request (:class:`MeasuredDelays`, from ``streams.demo_delays``): a
+request's pipeline lands when its ``embeddings`` message did, an impression's history update as
+late as the pipeline worker was then. Results are cached per (traffic, bundle, settings,
+schedule): the simulator is deterministic, and a warm demo should not recompute them.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import heapq
 import json
-from collections import deque
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from schemas.records import ImpressionEvent, RequestEvent
 from store.protocol import FeatureStore
@@ -41,32 +47,110 @@ def round_delay_ms(delay_ms: int) -> int:
     return round(seconds / step) * step * 1000
 
 
+class DelaySchedule(Protocol):
+    """How late (event time, ms) the pipeline applies an event's work after the event."""
+
+    def request_ms(self, r: RequestEvent) -> int: ...
+
+    def impression_ms(self, imp: ImpressionEvent) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantDelay:
+    """Every event's pipeline work ``delay_ms`` late."""
+
+    delay_ms: int
+
+    def request_ms(self, r: RequestEvent) -> int:
+        return self.delay_ms
+
+    def impression_ms(self, imp: ImpressionEvent) -> int:
+        return self.delay_ms
+
+
+@dataclass(frozen=True)
+class MeasuredDelays:
+    """Delays measured per request in a live run (request id → ms of event time).
+
+    ``embedded``: until the request's ``embeddings`` message appeared (its pairs were stored
+    just before); ``verified``: until its ``verified`` message did, i.e. how far the pipeline
+    worker (which also keeps the histories) trailed the replay. A request the pipeline proposed
+    nothing for has no message: it takes the delay of the newest measured request at or before
+    it, and an impression the verify delay of the newest request at or before it.
+    """
+
+    embedded: Mapping[str, int]
+    verified: Mapping[str, int]
+    times: Mapping[str, int]  #: request id → event time, for the time-local fallback
+    _emb: tuple[list[int], list[int]] = field(init=False, repr=False)
+    _ver: tuple[list[int], list[int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_emb", self._series(self.embedded))
+        object.__setattr__(self, "_ver", self._series(self.verified))
+
+    def _series(self, delays: Mapping[str, int]) -> tuple[list[int], list[int]]:
+        rows = sorted((self.times[rid], d) for rid, d in delays.items() if rid in self.times)
+        return [t for t, _ in rows], [d for _, d in rows]
+
+    @staticmethod
+    def _at(series: tuple[list[int], list[int]], t: int) -> int:
+        times, delays = series
+        if not times:
+            return 0
+        return delays[max(bisect.bisect_right(times, t) - 1, 0)]
+
+    def request_ms(self, r: RequestEvent) -> int:
+        d = self.embedded.get(r.request_id)
+        return d if d is not None else self._at(self._emb, r.event_time_ms)
+
+    def impression_ms(self, imp: ImpressionEvent) -> int:
+        return self._at(self._ver, imp.event_time_ms)
+
+    def median_ms(self) -> int:
+        return int(statistics.median(self.embedded.values())) if self.embedded else 0
+
+    def summary_s(self) -> dict[str, dict[str, float]]:
+        """Count, p50, p90 and max (seconds of event time) of each measured delay."""
+        out: dict[str, dict[str, float]] = {}
+        for name, delays in (("embedded", self.embedded), ("verified", self.verified)):
+            if delays:
+                ordered = sorted(delays.values())
+                n = len(ordered)
+                p50, p90 = (ordered[min(int(q * n), n - 1)] / 1000.0 for q in (0.5, 0.9))
+                out[name] = {"n": n, "p50": p50, "p90": p90, "max": ordered[-1] / 1000.0}
+        return out
+
+
 class LatencySimulator(Simulator):
-    """:class:`Simulator` whose pipeline lags the ranker by ``delay_ms`` of event time: an
-    event's pipeline work becomes visible to reads at event times after ``t + delay_ms``."""
+    """:class:`Simulator` whose pipeline lags the ranker by ``delays``: an event's pipeline
+    work becomes visible to reads at event times after ``t + delay``. A user's events keep
+    their order (as in one Kafka partition), so a shorter delay never overtakes a longer one."""
 
     def __init__(
         self,
         config: SimConfig,
         models: EngineModels,
-        delay_ms: int,
+        delays: DelaySchedule | int,
         store: FeatureStore | None = None,
     ) -> None:
         super().__init__(config, models, store)
-        self.delay_ms = delay_ms
-        self._due: deque[tuple[int, RequestEvent | ImpressionEvent]] = deque()
+        self.delays = ConstantDelay(delays) if isinstance(delays, int) else delays
+        self._due: list[tuple[int, int, RequestEvent | ImpressionEvent]] = []
+        self._seq = 0
+        self._user_due: dict[tuple[bool, int], int] = {}
 
     def on_request(self, r: RequestEvent) -> None:
         self._apply_due(r.event_time_ms)
         super().on_request(r)  # ranks now; its _pipeline call only queues
 
     def _pipeline(self, r: RequestEvent) -> None:
-        self._due.append((r.event_time_ms + self.delay_ms, r))
+        self._queue(r, r.event_time_ms + self.delays.request_ms(r))
 
     def on_impression(self, imp: ImpressionEvent) -> None:
         """Labelled coverage at once (it describes the read already made); history late."""
         self._apply_due(imp.event_time_ms)
-        self._due.append((imp.event_time_ms + self.delay_ms, imp))
+        self._queue(imp, imp.event_time_ms + self.delays.impression_ms(imp))
         pending = self._pending.get(imp.request_id)
         if pending is None:
             return
@@ -75,10 +159,18 @@ class LatencySimulator(Simulator):
         if j is not None:
             self.labelled.add(tiers[j : j + 1])
 
+    def _queue(self, event: RequestEvent | ImpressionEvent, due: int) -> None:
+        key = (isinstance(event, RequestEvent), event.user_id)
+        due = max(due, self._user_due.get(key, due))
+        self._user_due[key] = due
+        heapq.heappush(self._due, (due, self._seq, event))
+        self._seq += 1
+
     def _apply_due(self, t: int) -> None:
-        """Run queued pipeline work that finished before event time ``t`` (FIFO = event order)."""
+        """Run queued pipeline work that finished before event time ``t`` (in finishing order;
+        ties in event order)."""
         while self._due and self._due[0][0] < t:
-            _, event = self._due.popleft()
+            _, _, event = heapq.heappop(self._due)
             if isinstance(event, RequestEvent):
                 Simulator._pipeline(self, event)
             else:
@@ -125,11 +217,14 @@ def lockstep_offline(settings: Settings, bundle: Path, traffic: Path) -> dict[st
 
 
 def offline_at_latency(
-    settings: Settings, bundle: Path, traffic: Path, delay_ms: int
+    settings: Settings, bundle: Path, traffic: Path, delays: DelaySchedule | int
 ) -> dict[str, Any]:
-    """Coverage and FM cost of the simulator whose pipeline lags ``delay_ms`` (rounded by
-    :func:`round_delay_ms`) behind the ranker in event time (cached)."""
-    delay = round_delay_ms(delay_ms)
+    """Coverage and FM cost of the simulator whose pipeline lags the ranker by ``delays`` in
+    event time. An int is one constant delay, rounded by :func:`round_delay_ms` and cached;
+    measured per-request delays differ every run, so they are not."""
+    if isinstance(delays, int):
+        delays = ConstantDelay(round_delay_ms(delays))
+    schedule = delays
 
     def compute() -> dict[str, Any]:
         from models.data.traffic import read_traffic
@@ -137,14 +232,18 @@ def offline_at_latency(
         from streams.simulate.run import gated
 
         models, config = _models_and_config(settings, bundle, traffic, with_eval=False)
-        sim = LatencySimulator(gated(config, models.fm), models, delay)
+        sim = LatencySimulator(gated(config, models.fm), models, schedule)
         sim.run(read_traffic(traffic))
         s = run_summary(sim)
         keys = ("cumulative", "fm_pairs_per_request", "speculation_precision")
-        return {"delay_ms": delay, **{k: s[k] for k in keys}}
+        return {k: s[k] for k in keys}
 
-    result: dict[str, Any] = cached(settings, traffic, bundle, f"delay{delay}", compute)
-    return result
+    if isinstance(schedule, ConstantDelay):
+        kind = f"delay{schedule.delay_ms}"
+        result: dict[str, Any] = cached(settings, traffic, bundle, kind, compute)
+        return {**result, "delay_ms": schedule.delay_ms}
+    median = schedule.median_ms() if isinstance(schedule, MeasuredDelays) else None
+    return {**compute(), "delay_ms": median, "delays": "measured per request"}
 
 
 def _models_and_config(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from streams.cli.log_opts import (
 )
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.demo_offline import MeasuredDelays
 
 console = Console()
 #: event-time seconds per wall second of the default timed replay: the pipeline holds it on this
@@ -100,8 +103,11 @@ def demo(
         summary = run_demo(
             settings, replayed, bundle, log_dir, run_speed, console.log, offline, keep_topics
         )
+        delays = summary.pop("request_delays", None)
+        if delays is not None:
+            summary["pipeline_delays_s"] = delays.summary_s()
         if compare and not lockstep:
-            _offline_at_latency(settings, bundle, replayed, summary)
+            _offline_at_latency(settings, bundle, replayed, summary, delays)
     finally:
         _stop_infra(settings, started_here)
     summary["wall_seconds"] = time.perf_counter() - t0
@@ -184,11 +190,21 @@ def _offline(settings: Settings, bundle: Path, replayed: Path) -> dict[str, Any]
 
 
 def _offline_at_latency(
-    settings: Settings, bundle: Path, replayed: Path, summary: dict[str, Any]
+    settings: Settings,
+    bundle: Path,
+    replayed: Path,
+    summary: dict[str, Any],
+    delays: MeasuredDelays | None,
 ) -> None:
-    """After a timed run: the simulator with the FM latency the live run had (its median)."""
+    """After a timed run: the simulator with the pipeline delays the live run had, each
+    request's own as measured (the probe's median when nothing was measured)."""
     from streams.demo_offline import offline_at_latency
 
+    if delays is not None and delays.embedded:
+        p50 = delays.median_ms() / 1000
+        with console.status(f"offline simulation at each request's live delay (p50 {p50:.0f} s)"):
+            summary["offline_at_latency"] = offline_at_latency(settings, bundle, replayed, delays)
+        return
     behind = summary.get("pipeline_behind_s") or {}
     if "p50" not in behind:
         return
@@ -216,8 +232,13 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
     behind = summary.get("pipeline_behind_s") or {}
     if behind:
         console.print(
-            f"FM behind the replay in event time: p50 {behind['p50']:,.0f} s, "
+            f"FM behind the replay in event time (probe): p50 {behind['p50']:,.0f} s, "
             f"p90 {behind['p90']:,.0f} s, max {behind['max']:,.0f} s"
+        )
+    for stage, d in (summary.get("pipeline_delays_s") or {}).items():
+        console.print(
+            f"requests' {stage} messages, event-time delay: n {d['n']:,.0f}, "
+            f"p50 {d['p50']:,.0f} s, p90 {d['p90']:,.0f} s, max {d['max']:,.0f} s"
         )
     replay = summary["replay"]
     console.print(
@@ -231,7 +252,10 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
 def _print_offline(summary: dict[str, Any], key: str, name: str) -> None:
     off = summary[key]
     c, live = off["cumulative"], summary["cumulative"]
-    delay = f" ({off['delay_ms'] / 1000:,.0f} s)" if "delay_ms" in off else ""
+    delay = ""
+    if off.get("delay_ms") is not None:
+        per = "each request's own, p50 " if off.get("delays") else ""
+        delay = f" ({per}{off['delay_ms'] / 1000:,.0f} s)"
     console.print(
         f"offline simulator {name}{delay}, same requests: exact {c['exact']:.3f}, "
         f"+aggregate {c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "

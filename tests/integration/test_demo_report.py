@@ -72,6 +72,11 @@ def test_demo_report_renders_every_plot_in_chromium(
     assert summary["timeline"], "no lag/counter samples during the replay"
     assert {len(s["lag"]) for s in summary["timeline"]} == {3}  # pipeline, fm, ranker
     assert summary["read_latency"]["count"] == len(times)  # the ranker's own histogram
+    # every request's pipeline delay, on the replay's clock: its pairs are stored (embeddings)
+    # no earlier than they were verified, and both come after the request itself
+    delays = summary.pop("request_delays")
+    assert delays.embedded and set(delays.embedded) <= set(delays.verified)
+    assert all(0 <= delays.verified[r] <= d for r, d in delays.embedded.items())
     # the run's topics (and Faust's changelogs) were deleted once it had reported
     from streams.topics import admin_client
 

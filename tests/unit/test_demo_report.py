@@ -176,3 +176,84 @@ def test_latency_lowers_exact_coverage() -> None:
         sim.run(events)
         exact.append(int(sim.coverage.counts[Tier.EXACT]))
     assert exact[0] > exact[1] > exact[2] >= 0
+
+
+def _measured(events: list[Any], request_ms: Any, verify_ms: Any) -> Any:
+    """MeasuredDelays with every request measured: ``request_ms(r)`` / ``verify_ms(r)``."""
+    from schemas.records import RequestEvent
+    from streams.demo_offline import MeasuredDelays
+
+    reqs = [e for e in events if isinstance(e, RequestEvent)]
+    return MeasuredDelays(
+        {r.request_id: request_ms(r) for r in reqs},
+        {r.request_id: verify_ms(r) for r in reqs},
+        {r.request_id: r.event_time_ms for r in reqs},
+    )
+
+
+def _run(events: list[Any], delays: Any) -> Any:
+    from streams.demo_offline import LatencySimulator
+
+    base = _sim(0)
+    sim = LatencySimulator(base.config, base.models, delays)
+    sim.run(events)
+    return sim
+
+
+def test_measured_delays_all_equal_are_the_constant_delay() -> None:
+    """Every request and impression measured at 60 s = the constant 60 s schedule, count for
+    count (the heap keeps the FIFO's order when delays are equal)."""
+    events = _latency_events()
+    const = _run(events, 60_000)
+    measured = _run(events, _measured(events, lambda r: 60_000, lambda r: 60_000))
+    assert const.coverage.counts.tolist() == measured.coverage.counts.tolist()
+    assert const.labelled.counts.tolist() == measured.labelled.counts.tolist()
+    assert const.speculation.embedded == measured.speculation.embedded
+
+
+def test_measured_delays_are_per_request() -> None:
+    """Delaying only half of the requests lands between no delay and delaying them all."""
+    from store.tiers import Tier
+
+    events = _latency_events()
+    hour = 3_600_000
+    exact = [
+        int(_run(events, _measured(events, f, lambda r: 0)).coverage.counts[Tier.EXACT])
+        for f in (lambda r: 0, lambda r: hour * (sum(map(ord, r.request_id)) % 2), lambda r: hour)
+    ]
+    assert exact[0] > exact[1] > exact[2]
+
+
+def test_measured_delays_fall_back_to_the_newest_measured_request() -> None:
+    from schemas.records import ImpressionEvent, RequestEvent
+    from streams.demo_offline import MeasuredDelays
+
+    d = MeasuredDelays({"a": 5_000, "c": 9_000}, {"a": 100, "b": 300}, {"a": 10, "b": 20, "c": 30})
+
+    def req(rid: str, t: int) -> RequestEvent:
+        return RequestEvent(rid, 1, t, "home", (1,))
+
+    def imp(t: int) -> ImpressionEvent:
+        return ImpressionEvent("x", 1, 1, t, 0, 1)
+
+    assert d.request_ms(req("c", 30)) == 9_000  # its own
+    assert d.request_ms(req("b", 20)) == 5_000  # not embedded: newest embedded before it ("a")
+    assert d.request_ms(req("z", 5)) == 5_000  # before any: the first one measured
+    assert d.impression_ms(imp(25)) == 300  # the pipeline worker's delay then ("b")
+    assert d.impression_ms(imp(15)) == 100
+    assert d.median_ms() == 7_000
+    assert d.summary_s()["embedded"] == {"n": 2, "p50": 9.0, "p90": 9.0, "max": 9.0}
+
+
+def test_arrivals_keep_the_first_and_never_go_negative() -> None:
+    from streams.demo_delays import Arrivals
+
+    arr = Arrivals()
+    arr.add("embeddings", "a", 1_000, 61_000)
+    arr.add("embeddings", "a", 1_000, 99_000)  # a redelivery: the first arrival counts
+    arr.add("verified", "a", 1_000, 2_000)
+    arr.add("verified", "b", 5_000, 4_000)  # clock read before the replay caught up
+    d = arr.delays()
+    assert dict(d.embedded) == {"a": 60_000}
+    assert dict(d.verified) == {"a": 1_000, "b": 0}
+    assert dict(d.times) == {"a": 1_000, "b": 5_000}
