@@ -1,5 +1,6 @@
-"""Nothing lost after a fault: every verified pair stored with its newest time, aggregates
-equal to the ones folded from the run's own ``embeddings``, counts as the simulator's."""
+"""Nothing lost after a fault: every verified pair stored with its newest time and the vector
+the FM gives for the history its ``verified`` message carried, aggregates equal to the ones
+folded from the run's own ``embeddings``, counts as the simulator's."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ class LossReport:
     missing_in_store: list[tuple[int, int]] = field(default_factory=list)
     stale_in_store: list[tuple[int, int]] = field(default_factory=list)  #: older time than verified
     missing_in_embeddings: list[Pair] = field(default_factory=list)
+    #: stored pair vectors that are not the FM's on their verified message (more than one
+    #: float16 ulp apart: FM groups of other sizes may round differently)
+    wrong_vectors: list[str] = field(default_factory=list)
+    vectors_checked: int = 0  #: stored pair vectors compared with the FM's
     aggregates: int = 0
     aggregate_mismatch: list[str] = field(default_factory=list)  #: vs the run's own embeddings
     only_live: list[Pair] = field(default_factory=list)  #: verified, not by the simulator
@@ -40,6 +45,9 @@ class LossReport:
             "verified pairs missing in the store": self.missing_in_store,
             "pairs stored with an older event time than verified": self.stale_in_store,
             "verified pairs missing in the embeddings topic": self.missing_in_embeddings,
+            "pairs stored with another vector than the FM's on their verified history": (
+                self.wrong_vectors
+            ),
             "aggregates differing from the run's own embeddings": self.aggregate_mismatch,
             "pairs verified live but not by the simulator": self.only_live,
             "pairs verified by the simulator but not live": self.only_simulated,
@@ -52,25 +60,66 @@ class LossReport:
     def assert_nothing_lost(self) -> None:
         assert self.verified > 0, "nothing was verified: the run did not exercise the pipeline"
         assert self.aggregates > 0, "no aggregate in the store"
+        assert self.vectors_checked > 0, "no stored pair vector was compared with the FM's"
         problems = self.problems()
         assert not problems, "; ".join(problems)
 
 
-def _verified(settings: Settings) -> tuple[Counter[Pair], dict[Pair, tuple[Any, ...]]]:
+@dataclass
+class Verified:
+    """The run's ``verified`` topic: copies of each pair, its history, its message."""
+
+    seen: Counter[Pair] = field(default_factory=Counter)
+    histories: dict[Pair, tuple[Any, ...]] = field(default_factory=dict)
+    messages: dict[Pair, Any] = field(default_factory=dict)  #: the ProposalBatch carrying it
+
+
+def _verified(settings: Settings) -> Verified:
     from schemas.codec import Codec
     from schemas.limits import Limits
     from schemas.records import ProposalBatch
 
     codec = Codec(Limits(max_candidates=settings.max_candidates))
-    seen: Counter[Pair] = Counter()
-    histories: dict[Pair, tuple[Any, ...]] = {}
+    out = Verified()
     for _, value in read_topic(settings, settings.topic("verified")):
         b = codec.decode(value, ProposalBatch)
         hist = (tuple(b.history_items), tuple(b.history_labels), tuple(b.history_times_ms))
         for item in b.item_ids:
-            seen[(b.user_id, item, b.event_time_ms)] += 1
-            histories[(b.user_id, item, b.event_time_ms)] = hist
-    return seen, histories
+            out.seen[(b.user_id, item, b.event_time_ms)] += 1
+            out.histories[(b.user_id, item, b.event_time_ms)] = hist
+            out.messages[(b.user_id, item, b.event_time_ms)] = b
+    return out
+
+
+def _wrong_vectors(
+    settings: Settings, bundle: Path, newest: dict[Pair, Any], stored: dict[Pair, Any]
+) -> tuple[list[str], int]:
+    """Each stored pair (``stored``: (u, i, t) → decoded value) against the FM run on the
+    verified message it came from (``newest``), one message per FM call, as the simulator
+    embeds: a pair embedded live with another pair's history, or none, shows here even when
+    the live FM groups held many messages (lockstep parity sees one message per group)."""
+    from streams.engine.embedder import Embedder
+    from streams.engine.steps.embed import embed_input
+    from streams.models_loader import load_models
+
+    embedder = Embedder(load_models(settings, bundle)[0].fm)
+    wrong: list[str] = []
+    checked = 0
+    messages = {id(b): b for b in newest.values()}
+    for b in messages.values():
+        item = embed_input(None, b)
+        for e in embedder.embed(item.pairs, item.histories):
+            got = stored.get((e.user_id, e.item_id, e.event_time_ms))
+            if got is None:
+                continue  # a newer copy was stored (or none): reported elsewhere
+            checked += 1
+            want = np.frombuffer(e.vector, np.float16)
+            have = np.asarray(got.array(), np.float16)
+            ulp = np.spacing(np.maximum(np.abs(want), np.abs(have)))
+            if want.shape != have.shape or bool(np.any(np.abs(want - have) > ulp)):
+                delta = float(np.max(np.abs(want.astype(np.float32) - have.astype(np.float32))))
+                wrong.append(f"({e.user_id}, {e.item_id}) max |d| {delta:.4f}")
+    return sorted(wrong), checked
 
 
 def _folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]]:
@@ -113,7 +162,8 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     from store.values import decode_vector
 
     report = LossReport()
-    verified, histories = _verified(settings)
+    run = _verified(settings)
+    verified, histories = run.seen, run.histories
     report.verified = len(verified)
     report.verified_duplicates = sum(n - 1 for n in verified.values())
     copies, folded = _folded_aggregates(settings)
@@ -124,12 +174,19 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     newest: dict[tuple[int, int], int] = {}
     for u, i, t in verified:
         newest[(u, i)] = max(t, newest.get((u, i), t))
+    current: dict[Pair, Any] = {}
     for (u, i), t in sorted(newest.items()):
         raw = stored.get(layout.pair(u, i))
         if raw is None:
             report.missing_in_store.append((u, i))
-        elif decode_vector(raw).event_time_ms < t:
+        elif (value := decode_vector(raw)).event_time_ms < t:
             report.stale_in_store.append((u, i))
+        else:
+            current[(u, i, value.event_time_ms)] = value
+    newest_messages = {k: run.messages[k] for k in current if k in run.messages}
+    report.wrong_vectors, report.vectors_checked = _wrong_vectors(
+        settings, bundle, newest_messages, current
+    )
 
     live_aggs = {
         u: decode_vector(stored[layout.aggregate(u)])

@@ -151,6 +151,7 @@ def test_redis_restart_mid_replay_recovers(
     assert after, "nothing was verified after the restart: the fault came too late"
     assert not lost_after, f"{len(lost_after)} pairs verified after the restart not stored"
     assert not report.stale_in_store and not report.missing_in_embeddings
+    assert report.vectors_checked and not report.wrong_vectors, report.wrong_vectors[:3]
     assert not wrong_aggs, wrong_aggs  # rebuilt aggregates equal the run's own embeddings
     assert not report.only_live and not report.only_simulated  # Redis never steers the pipeline
 
@@ -325,3 +326,4 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
     assert not evicted_exact, evicted_exact  # an evicted pair reads missing (a lower tier)
     assert exact_ok == stored > 0  # every pair still stored is served exact
     assert not report.missing_in_embeddings and not report.stale_in_store
+    assert report.vectors_checked and not report.wrong_vectors, report.wrong_vectors[:3]
