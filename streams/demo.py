@@ -171,6 +171,8 @@ class ReplayProgress:
                 self.timeline.replayed += 1
                 self.timeline.replayed_event_ms = ev.event_time_ms
             yield ev
+            # the producer asks for the next event only once this one is produced
+            self.timeline.produced_event_ms = ev.event_time_ms
 
     def tick(self, _messages: int = 0) -> None:
         if time.monotonic() - self._printed < PROGRESS_EVERY_S:
@@ -354,7 +356,7 @@ def run_demo(
         report(f"replaying {total:,} requests {mode}")
         with (
             Timeline(run.settings, run.groups, run.topics) as timeline,
-            ArrivalRecorder(run.settings) as arrivals,
+            ArrivalRecorder(run.settings, lambda: timeline.produced_event_ms) as recorder,
         ):
             stats = replay(run, traffic, speed, children, timeline, total, report)
             report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
@@ -371,8 +373,11 @@ def run_demo(
         timeline=timeline.as_json(),
         pipeline_behind_s=behind_summary(timeline.behind_ms(until_s=stats.seconds)),
         read_latency=latency,
-        # the raw per-request delays (not JSON): `solaris demo` pops them for its offline run
-        request_delays=arrivals.arrivals.delays() if speed > 0 else None,
+        # the per-request delays (not JSON): `solaris demo` pops them for its offline run
+        request_delays=recorder.arrivals.delays() if speed > 0 else None,
+        arrivals_json=str(recorder.arrivals.write(log_dir / "arrivals.json")),
+        # the same arrivals on the replay's clock, for comparison (see streams.demo_delays)
+        pipeline_delays_replay_clock_s=recorder.arrivals.delays("replay").summary_s(),
         drain_seconds=drained_s,
         speed=speed,
         mode="lockstep" if speed == 0 else f"timed, speed {speed:g}",

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
@@ -36,25 +38,41 @@ CLOCK_TOPIC = "scores"
 
 @dataclass
 class Arrivals:
-    """First arrival of each request's message per topic: request id → (event time, clock)."""
+    """First arrival of each request's message per topic: request id → (event time, ranker's
+    clock, replay's clock) at arrival. The replay's clock (the last message produced) is kept
+    for comparison: it ignores the ranker's own lag behind the replay."""
 
-    by_topic: dict[str, dict[str, tuple[int, int]]] = field(
+    by_topic: dict[str, dict[str, tuple[int, int, int]]] = field(
         default_factory=lambda: {t: {} for t in TIMED_TOPICS}
     )
     undecodable: int = 0
 
-    def add(self, topic: str, request_id: str, event_time_ms: int, clock_ms: int) -> None:
-        self.by_topic[topic].setdefault(request_id, (event_time_ms, clock_ms))
+    def add(
+        self, topic: str, request_id: str, event_time_ms: int, clock_ms: int, replay_ms: int = 0
+    ) -> None:
+        self.by_topic[topic].setdefault(request_id, (event_time_ms, clock_ms, replay_ms))
 
-    def delays(self) -> MeasuredDelays:
-        """Event-time delay of each request (clock at arrival − its event time, never < 0)."""
+    def delays(self, clock: str = "ranker") -> MeasuredDelays:
+        """Event-time delay of each request (``clock`` at arrival − its event time, never < 0);
+        ``clock`` is ``ranker`` or ``replay``."""
+        col = {"ranker": 1, "replay": 2}[clock]
 
         def of(topic: str) -> dict[str, int]:
-            rows = self.by_topic[topic].items()
-            return {rid: max(clock - t, 0) for rid, (t, clock) in rows}
+            return {rid: max(row[col] - row[0], 0) for rid, row in self.by_topic[topic].items()}
 
-        times = {rid: t for rows in self.by_topic.values() for rid, (t, _) in rows.items()}
+        times = {rid: row[0] for rows in self.by_topic.values() for rid, row in rows.items()}
         return MeasuredDelays(of("embeddings"), of("verified"), times)
+
+    def write(self, path: Path) -> Path:
+        """The raw arrivals as JSON (``{topic: {request_id: [t, ranker, replay]}}``)."""
+        path.write_text(json.dumps(self.by_topic))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Arrivals:
+        raw = json.loads(path.read_text())
+        by_topic = {t: {rid: tuple(row) for rid, row in raw[t].items()} for t in TIMED_TOPICS}
+        return cls(by_topic)  # type: ignore[arg-type]
 
 
 class ArrivalRecorder:
@@ -67,8 +85,9 @@ class ArrivalRecorder:
     into the replay: a message it cannot decode is counted and skipped.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, replay_clock: Callable[[], int] | None = None) -> None:
         self.settings = settings
+        self.replay_clock = replay_clock
         self.clock_ms = 0  #: event time of the newest request the ranker had scored
         self.arrivals = Arrivals()
         self._codec = Codec(Limits(max_candidates=settings.max_candidates))
@@ -119,4 +138,5 @@ class ArrivalRecorder:
         except (SchemaError, ValueError, KeyError, TypeError):
             self.arrivals.undecodable += 1
             return
-        self.arrivals.add(topic, rec.request_id, rec.event_time_ms, self.clock_ms)
+        replay_ms = self.replay_clock() if self.replay_clock is not None else 0
+        self.arrivals.add(topic, rec.request_id, rec.event_time_ms, self.clock_ms, replay_ms)

@@ -235,11 +235,16 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
             f"FM behind the replay in event time (probe): p50 {behind['p50']:,.0f} s, "
             f"p90 {behind['p90']:,.0f} s, max {behind['max']:,.0f} s"
         )
-    for stage, d in (summary.get("pipeline_delays_s") or {}).items():
-        console.print(
-            f"requests' {stage} messages, event-time delay: n {d['n']:,.0f}, "
-            f"p50 {d['p50']:,.0f} s, p90 {d['p90']:,.0f} s, max {d['max']:,.0f} s"
-        )
+    for key, clock in (
+        ("pipeline_delays_s", "ranker"),
+        ("pipeline_delays_replay_clock_s", "replay"),
+    ):
+        for stage, d in (summary.get(key) or {}).items():
+            console.print(
+                f"requests' {stage} messages, event-time delay on the {clock}'s clock: "
+                f"n {d['n']:,.0f}, p50 {d['p50']:,.0f} s, p90 {d['p90']:,.0f} s, "
+                f"max {d['max']:,.0f} s"
+            )
     replay = summary["replay"]
     console.print(
         f"demo ({summary['mode']}): {replay['requests']:,} requests replayed in "

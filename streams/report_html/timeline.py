@@ -63,6 +63,7 @@ class Timeline:
     every_s: float = 1.0
     replayed: int = 0  #: set by the replaying thread (one int: no lock needed)
     replayed_event_ms: int = 0  #: likewise: event time of the newest request replayed
+    produced_event_ms: int = 0  #: event time of the last message produced (any topic)
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None

@@ -249,11 +249,24 @@ def test_arrivals_keep_the_first_and_never_go_negative() -> None:
     from streams.demo_delays import Arrivals
 
     arr = Arrivals()
-    arr.add("embeddings", "a", 1_000, 61_000)
-    arr.add("embeddings", "a", 1_000, 99_000)  # a redelivery: the first arrival counts
-    arr.add("verified", "a", 1_000, 2_000)
-    arr.add("verified", "b", 5_000, 4_000)  # clock read before the replay caught up
+    arr.add("embeddings", "a", 1_000, 61_000, 80_000)
+    arr.add("embeddings", "a", 1_000, 99_000, 99_000)  # a redelivery: the first arrival counts
+    arr.add("verified", "a", 1_000, 2_000, 3_000)
+    arr.add("verified", "b", 5_000, 4_000, 6_000)  # the ranker had not scored "b" yet
     d = arr.delays()
     assert dict(d.embedded) == {"a": 60_000}
     assert dict(d.verified) == {"a": 1_000, "b": 0}
     assert dict(d.times) == {"a": 1_000, "b": 5_000}
+    on_replay = arr.delays("replay")
+    assert dict(on_replay.embedded) == {"a": 79_000}
+    assert dict(on_replay.verified) == {"a": 2_000, "b": 1_000}
+
+
+def test_arrivals_round_trip_through_json(tmp_path: Path) -> None:
+    from streams.demo_delays import Arrivals
+
+    arr = Arrivals()
+    arr.add("embeddings", "a", 1_000, 61_000, 80_000)
+    arr.add("verified", "b", 5_000, 4_000, 6_000)
+    back = Arrivals.read(arr.write(tmp_path / "arrivals.json"))
+    assert back.by_topic == arr.by_topic
