@@ -316,6 +316,26 @@ def _live_quality(run: Settings, bundle: Path, report: Report) -> dict[str, Any]
     return live_quality(run, models.fm)
 
 
+def watched_replay(
+    run: DemoRun, traffic: Path, speed: float, children: Children, total: int, report: Report
+) -> tuple[Any, Any, Any, float]:
+    """Replay and drain while the timeline samples lag and counters and the arrival recorder
+    times each request's pipeline; returns (timeline, recorder, replay stats, drain seconds)."""
+    from streams.demo_delays import ArrivalRecorder
+    from streams.report_html.timeline import Timeline
+
+    mode = "in lockstep" if speed == 0 else f"timed at {speed:,.0f}x"
+    report(f"replaying {total:,} requests {mode}")
+    with (
+        Timeline(run.settings, run.groups, run.topics) as timeline,
+        ArrivalRecorder(run.settings, lambda: timeline.produced_event_ms) as recorder,
+    ):
+        stats = replay(run, traffic, speed, children, timeline, total, report)
+        report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
+        drained_s = drain(run, children, report)
+    return timeline, recorder, stats, drained_s
+
+
 def run_demo(
     settings: Settings,
     traffic: Path,
@@ -327,7 +347,8 @@ def run_demo(
     keep_topics: bool = False,
 ) -> dict[str, Any]:
     """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`;
-    plus ``timeline``, ``read_latency``, ``drain_seconds``, ``mode``, ``speed``).
+    plus ``timeline``, ``read_latency``, ``drain_seconds``, ``mode``, ``speed`` and the
+    per-request delays of :meth:`~streams.demo_delays.Arrivals.outputs`).
 
     ``speed`` 0 = lockstep (the pipeline drains before each request: live coverage equals the
     simulator's); N > 0 = N event-time seconds per wall second, the way traffic really arrives
@@ -337,9 +358,7 @@ def run_demo(
     Faust state are deleted unless ``keep_topics`` (store keys stay until their TTL).
     """
     from models.data.traffic import load_requests
-    from streams.demo_delays import ArrivalRecorder
     from streams.live.report import live_summary
-    from streams.report_html.timeline import Timeline
     from streams.topics import create_topics
 
     run = DemoRun.create(settings, bundle)
@@ -352,15 +371,9 @@ def run_demo(
     try:
         wait_for_groups(run.settings, run.groups)
         children.check()
-        mode = "in lockstep" if speed == 0 else f"timed at {speed:,.0f}x"
-        report(f"replaying {total:,} requests {mode}")
-        with (
-            Timeline(run.settings, run.groups, run.topics) as timeline,
-            ArrivalRecorder(run.settings, lambda: timeline.produced_event_ms) as recorder,
-        ):
-            stats = replay(run, traffic, speed, children, timeline, total, report)
-            report(f"replayed {stats.messages:,} messages in {stats.seconds:.0f} s; draining")
-            drained_s = drain(run, children, report)
+        timeline, recorder, stats, drained_s = watched_replay(
+            run, traffic, speed, children, total, report
+        )
         time.sleep(1.5)  # workers flush shared counters every second
         latency = scrape_read_latency(port)
     finally:
@@ -373,11 +386,7 @@ def run_demo(
         timeline=timeline.as_json(),
         pipeline_behind_s=behind_summary(timeline.behind_ms(until_s=stats.seconds)),
         read_latency=latency,
-        # the per-request delays (not JSON): `solaris demo` pops them for its offline run
-        request_delays=recorder.arrivals.delays() if speed > 0 else None,
-        arrivals_json=str(recorder.arrivals.write(log_dir / "arrivals.json")),
-        # the same arrivals on the replay's clock, for comparison (see streams.demo_delays)
-        pipeline_delays_replay_clock_s=recorder.arrivals.delays("replay").summary_s(),
+        **recorder.arrivals.outputs(log_dir, timed=speed > 0),
         drain_seconds=drained_s,
         speed=speed,
         mode="lockstep" if speed == 0 else f"timed, speed {speed:g}",

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
@@ -62,6 +63,16 @@ class Arrivals:
 
         times = {rid: row[0] for rows in self.by_topic.values() for rid, row in rows.items()}
         return MeasuredDelays(of("embeddings"), of("verified"), times)
+
+    def outputs(self, log_dir: Path, timed: bool) -> dict[str, Any]:
+        """The demo summary's entries: ``request_delays`` (a :class:`MeasuredDelays`, not JSON:
+        ``solaris demo`` pops it for its offline run; None in lockstep), the raw arrivals'
+        file, and the delays on the replay's clock for comparison."""
+        return {
+            "request_delays": self.delays() if timed else None,
+            "arrivals_json": str(self.write(log_dir / "arrivals.json")),
+            "pipeline_delays_replay_clock_s": self.delays("replay").summary_s(),
+        }
 
     def write(self, path: Path) -> Path:
         """The raw arrivals as JSON (``{topic: {request_id: [t, ranker, replay]}}``)."""
