@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -245,3 +246,29 @@ def test_snapshot_publisher_tags_its_bundle_version() -> None:
     (raw,) = store.read_snapshots().values()
     snap = decode_snapshot(raw)
     assert snap.version_tag == version_tag(FakeFM.model_version) and snap.dim == DIM
+
+
+def test_ranker_publishes_its_counters_at_least_once_a_second() -> None:
+    """Between two ``stats_every`` batches the counters go out once the last publish is a
+    second old (they were up to 200 requests stale under slow traffic)."""
+    from schemas.codec import Codec
+    from schemas.records import RequestEvent
+    from streams.live.ranker_service import RankerOptions, RankerService
+
+    store = InMemoryStore(clock_ms=lambda: T0)
+    reader = FeatureReader(store, ReaderConfig(dim=DIM, version_tag=version_tag(B)))
+    options = RankerOptions("g", write_scores=False, snapshot_every_s=0.0, stats_every=200)
+    service = RankerService(Settings(), reader, None, FakeItems(DIM), options)
+    published: list[int] = []
+    service._publish = lambda: published.append(service.requests)  # type: ignore[method-assign]
+    codec = Codec()
+
+    def request(n: int) -> bytes:
+        return codec.encode(RequestEvent(f"r{n}", 7, T0 + n, "home", (1, 2, 3)))
+
+    service._published_at = time.monotonic()
+    service._handle(request(1), None)
+    assert published == []  # published just now: not again
+    service._published_at = time.monotonic() - 1.5
+    service._handle(request(2), None)
+    assert published == [2]
