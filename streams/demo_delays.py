@@ -47,6 +47,7 @@ class Arrivals:
         default_factory=lambda: {t: {} for t in TIMED_TOPICS}
     )
     undecodable: int = 0
+    scored: int = 0  #: ``scores`` messages read (none: the ranker's clock never ran)
 
     def add(
         self, topic: str, request_id: str, event_time_ms: int, clock_ms: int, replay_ms: int = 0
@@ -68,8 +69,9 @@ class Arrivals:
         """The demo summary's entries: ``request_delays`` (a :class:`MeasuredDelays`, not JSON:
         ``solaris demo`` pops it for its offline run; None in lockstep), the raw arrivals'
         file, and the delays on the replay's clock for comparison."""
+        clock = "ranker" if self.scored else "replay"  # a ranker that wrote no scores
         return {
-            "request_delays": self.delays() if timed else None,
+            "request_delays": self.delays(clock) if timed else None,
             "arrivals_json": str(self.write(log_dir / "arrivals.json")),
             "pipeline_delays_replay_clock_s": self.delays("replay").summary_s(),
         }
@@ -144,6 +146,7 @@ class ArrivalRecorder:
             if topic == CLOCK_TOPIC:
                 scored = int(json.loads(value or b"")["event_time_ms"])
                 self.clock_ms = max(self.clock_ms, scored)
+                self.arrivals.scored += 1
                 return
             rec: ProposalBatch | EmbeddingBatch = self._codec.decode(value, TIMED_TOPICS[topic])
         except (SchemaError, ValueError, KeyError, TypeError):

@@ -270,3 +270,17 @@ def test_arrivals_round_trip_through_json(tmp_path: Path) -> None:
     arr.add("verified", "b", 5_000, 4_000, 6_000)
     back = Arrivals.read(arr.write(tmp_path / "arrivals.json"))
     assert back.by_topic == arr.by_topic
+
+
+def test_arrivals_fall_back_to_the_replay_clock_without_scores(tmp_path: Path) -> None:
+    """A ranker that wrote no scores leaves its clock at 0: every delay would read 0 (the
+    lockstep simulator), so the replay's clock is used instead."""
+    from streams.demo_delays import Arrivals
+
+    arr = Arrivals()
+    arr.add("embeddings", "a", 1_000, 0, 80_000)
+    assert dict(arr.outputs(tmp_path, timed=True)["request_delays"].embedded) == {"a": 79_000}
+    arr.scored = 3
+    arr.add("embeddings", "b", 2_000, 30_000, 90_000)
+    assert dict(arr.outputs(tmp_path, timed=True)["request_delays"].embedded)["b"] == 28_000
+    assert arr.outputs(tmp_path, timed=False)["request_delays"] is None
