@@ -42,7 +42,7 @@ from streams.kafka_clients import make_consumer, make_producer
 from streams.live import metrics
 from streams.live.quality import QualityMeter
 from streams.live.snapshot_loader import SnapshotLoader
-from streams.live.stats import LiveStats, read_stats
+from streams.live.stats import LatestValueWriter, LiveStats, read_stats
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,11 @@ class RankerService:
         #: messages whose handling raised (logged and skipped)
         self.failed = 0
         self.stats = LiveStats(settings, "ranker")
+        #: publishes (stats hash, precision gauge) run on their own thread: a frozen Redis
+        #: must not hold up requests (each publish may wait out a 1–2 s socket timeout)
+        self._publisher: LatestValueWriter[dict[str, Any]] = LatestValueWriter(
+            self._write_stats, "ranker-stats"
+        )
         self._stop = threading.Event()
         #: reader error counts and served pairs already added to the Prometheus counters
         self._counted = (0, 0, 0)
@@ -171,6 +176,7 @@ class RankerService:
             consumer.close()
             if producer is not None:
                 producer.flush(10)
+            self._publisher.close()
             self.stats.close()
 
     def _handle(self, value: bytes | None, producer: Producer | None) -> None:
@@ -272,7 +278,7 @@ class RankerService:
         counts = dict(
             zip((f"lookups_{n}" for n in TIER_NAMES), self.coverage.counts.tolist(), strict=True)
         )
-        self.stats.set(
+        self._publisher.put(
             {
                 **counts,
                 "requests": self.requests,
@@ -290,6 +296,10 @@ class RankerService:
                 **{f"live_ne_{k}": v for k, v in (self.quality.ne() or {}).items()},
             }
         )
+
+    def _write_stats(self, values: dict[str, Any]) -> None:
+        """The publisher thread's half of :meth:`_publish`: the shared hash, then the gauge."""
+        self.stats.set(values)
         self._set_precision()
 
     def _count_per_request(self) -> None:

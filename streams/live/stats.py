@@ -7,7 +7,9 @@ across processes, so every process also adds its counts to ``<key_prefix>:stats:
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -16,6 +18,7 @@ from streams.settings import Settings
 
 #: stats live in Redis next to the features; other backends have no shared counters
 STATS_BACKENDS = frozenset({"redis", "redis-cluster"})
+T = TypeVar("T")
 
 
 def stats_client(settings: Settings, timeout_s: float) -> Any:
@@ -71,3 +74,48 @@ def read_stats(settings: Settings) -> dict[str, dict[str, float]]:
 def _text(key: bytes | str) -> str:
     """Hash field names arrive as bytes (no decode_responses on this client)."""
     return key.decode() if isinstance(key, bytes) else key
+
+
+class LatestValueWriter(Generic[T]):
+    """Hands the newest value to ``write`` on a daemon thread (started at the first value).
+
+    For totals, not increments: a value not yet written is replaced by a newer one. The caller
+    never waits on the write, so a slow or frozen Redis (each write may wait out its client's
+    timeout) delays the shared numbers, never the requests being served. :meth:`close` writes
+    the last value before it returns (or gives up after ``timeout_s``).
+    """
+
+    def __init__(self, write: Callable[[T], None], name: str = "stats-writer") -> None:
+        self._write = write
+        self._name = name
+        self._cond = threading.Condition()
+        self._pending: T | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, value: T) -> None:
+        with self._cond:
+            self._pending = value
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                value, self._pending = self._pending, None
+            if value is None:  # closed, and nothing left to write
+                return
+            with contextlib.suppress(Exception):  # monitoring must not kill its thread
+                self._write(value)
