@@ -36,6 +36,9 @@ class LossReport:
     aggregate_mismatch: list[str] = field(default_factory=list)  #: vs the run's own embeddings
     only_live: list[Pair] = field(default_factory=list)  #: verified, not by the simulator
     only_simulated: list[Pair] = field(default_factory=list)
+    #: where the live run lost the requests of ``only_simulated`` (stage → (user, time)):
+    #: no ``speculated`` message for the request, or speculated but not verified
+    lost_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     aggregate_vs_simulator: list[str] = field(default_factory=list)  #: count / time / key set
     histories_differing: int = 0  #: pairs embedded with another history than the simulator's
 
@@ -50,7 +53,9 @@ class LossReport:
             ),
             "aggregates differing from the run's own embeddings": self.aggregate_mismatch,
             "pairs verified live but not by the simulator": self.only_live,
-            "pairs verified by the simulator but not live": self.only_simulated,
+            f"pairs verified by the simulator but not live (requests {self.lost_at})": (
+                self.only_simulated
+            ),
             "aggregates differing from the simulator's (count, time, users)": (
                 self.aggregate_vs_simulator
             ),
@@ -209,6 +214,33 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     return report
 
 
+def _lost_at(settings: Settings, pairs: list[Pair]) -> dict[str, list[tuple[int, int]]]:
+    """For requests the simulator verified and the live run did not: did the live ``speculate``
+    step propose anything for them (a ``speculated`` message), and with which items?"""
+    from schemas.codec import Codec
+    from schemas.limits import Limits
+    from schemas.records import ProposalBatch
+
+    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    wanted = {(u, t) for u, _, t in pairs}
+    proposed: dict[tuple[int, int], set[int]] = {}
+    for _, value in read_topic(settings, settings.topic("speculated")):
+        b = codec.decode(value, ProposalBatch)
+        if (b.user_id, b.event_time_ms) in wanted:
+            proposed.setdefault((b.user_id, b.event_time_ms), set()).update(b.item_ids)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for u, i, t in pairs:
+        items = proposed.get((u, t))
+        stage = (
+            "not speculated"
+            if items is None
+            else ("speculated, not verified" if i in items else "speculated without this item")
+        )
+        if (u, t) not in out.setdefault(stage, []):
+            out[stage].append((u, t))
+    return out
+
+
 def _compare_with_simulator(
     settings: Settings,
     traffic: Path,
@@ -225,6 +257,8 @@ def _compare_with_simulator(
     sim = simulated_for(settings, bundle, read_traffic(traffic))
     report.only_live = sorted(set(histories) - set(sim.histories))
     report.only_simulated = sorted(set(sim.histories) - set(histories))
+    if report.only_simulated:
+        report.lost_at = _lost_at(settings, report.only_simulated)
     report.histories_differing = sum(
         1 for k, h in sim.histories.items() if k in histories and histories[k] != h
     )
