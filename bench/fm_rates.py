@@ -178,6 +178,23 @@ def in_process(
     }
 
 
+def _bare_runs(
+    bare: ort.InferenceSession,
+    fm: FMRunner,
+    props: list[PairProposal],
+    hists: list[UserHistory],
+    size: int,
+    seconds: float,
+) -> tuple[int, float, float]:
+    """Pairs, wall seconds and CPU seconds (this process) of bare runs on batches of ``size``."""
+    batches = batches_of(fm, props, hists, size, limit=8)
+    if not batches:
+        return 0, 0.0, 0.0
+    start = time.process_time()
+    pairs, secs = rate(lambda b: bare.run(None, b.tensors), batches, seconds)
+    return pairs, secs, time.process_time() - start
+
+
 def bare_at(
     bare: ort.InferenceSession,
     fm: FMRunner,
@@ -186,11 +203,8 @@ def bare_at(
     size: int,
     seconds: float,
 ) -> float:
-    batches = batches_of(fm, props, hists, size, limit=8)
-    if not batches:
-        return 0.0
-    pairs, secs = rate(lambda b: bare.run(None, b.tensors), batches, seconds)
-    return pairs / secs
+    pairs, secs, _ = _bare_runs(bare, fm, props, hists, size, seconds)
+    return pairs / secs if pairs else 0.0
 
 
 def bare_cpu_us(
@@ -203,10 +217,8 @@ def bare_cpu_us(
 ) -> float | None:
     """Bare's CPU time per pair (µs, this process): next to the worker's CPU per pair it
     compares work done, which other jobs on the machine change far less than wall-clock rates."""
-    batches = batches_of(fm, props, hists, size, limit=8)
-    start = time.process_time()
-    pairs, _ = rate(lambda b: bare.run(None, b.tensors), batches, seconds) if batches else (0, 0)
-    return per_pair_us(time.process_time() - start, pairs)
+    pairs, _, cpu = _bare_runs(bare, fm, props, hists, size, seconds)
+    return per_pair_us(cpu, pairs)
 
 
 def per_pair_us(cpu_s: float, pairs: float) -> float | None:
