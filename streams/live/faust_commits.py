@@ -20,6 +20,15 @@ Measured in the fault matrix (a second pipeline worker joining and leaving mid-r
 requests reached neither worker although their neighbours did, and their offsets were committed.
 The check is also skipped when the committed position is 0.
 
+**A partition with no commit.** Faust maps a committed offset of 0 to "none", and for a
+partition with none it neither seeks nor checks holes: after a rebalance the fetch position
+stays wherever it was, so a first message fetched before the rebalance (and skipped with its
+old generation) is never read again. Measured in the fault matrix (a second pipeline worker
+joining and leaving mid-replay, ~1 run in 6): offset 0 of a never-committed partition reached
+no agent, offsets 1.. did and were committed. :func:`perform_seek` seeks such partitions to the
+log's first offset, as Faust seeks committed ones to their commit, and :func:`start_offset`
+gives that offset to the hole check and to :mod:`streams.live.ordering`.
+
 :func:`install` replaces ``Consumer._new_offset`` with :func:`new_offset`, which waits until
 the message at the committed position is acked. Such a message may never come on its own
 (after a rebalance Faust can drop re-fetched offsets below a stale read position), so a hole
@@ -45,6 +54,7 @@ from mode.utils.futures import notify
 log = logging.getLogger(__name__)
 _ORIGINAL = Consumer._new_offset
 _ORIGINAL_ACK = Consumer.ack
+_ORIGINAL_SEEK = Consumer.perform_seek
 #: commit attempts (about one a second) that see the same hole before the partition is re-read
 HOLE_COMMITS = 3
 _SEEKS: set[asyncio.Future[Any]] = set()
@@ -64,6 +74,38 @@ def _fold_recorded_gaps(consumer: Any, tp: Any, acked: list[int]) -> None:
     gaps.chop(0, max(missing[-1], newest + 1))
 
 
+def start_offset(consumer: Any, tp: Any) -> int | None:
+    """Where reading ``tp`` starts in this consumer generation: its committed offset, else the
+    log's first offset that :func:`perform_seek` sought (None: not known)."""
+    committed = consumer._committed_offset.get(tp)
+    if committed is not None:
+        return int(committed)
+    starts: dict[Any, int] = consumer.__dict__.get("_solaris_starts", {})
+    return starts.get(tp)
+
+
+async def perform_seek(consumer: Any) -> None:
+    """Faust's seek to the committed offsets, then partitions without one (or with 0, which
+    Faust reads as none) to the log's first offset, remembered for :func:`start_offset`."""
+    await _ORIGINAL_SEEK(consumer)
+    acking = consumer.app.topics.acks_enabled_for
+    fresh = [
+        tp
+        for tp in consumer.assignment()
+        if consumer._committed_offset.get(tp) is None and acking(tp.topic)
+    ]
+    found = await consumer.earliest_offsets(*fresh) if fresh else {}
+    starts = {tp: int(found[tp]) for tp in fresh if found.get(tp) is not None}
+    for tp, offset in starts.items():
+        await consumer.seek(tp, offset)
+    if starts:
+        log.info(
+            "partitions without a committed offset: reading from the log's first offset",
+            extra={"partitions": {f"{tp.topic}[{tp.partition}]": o for tp, o in starts.items()}},
+        )
+    consumer.__dict__["_solaris_starts"] = starts
+
+
 def new_offset(consumer: Any, tp: Any) -> int | None:
     """The offset to commit for ``tp`` now (None: nothing new is safe to commit)."""
     acked: list[int] = consumer._acked[tp]
@@ -71,7 +113,7 @@ def new_offset(consumer: Any, tp: Any) -> int | None:
         return None
     _fold_recorded_gaps(consumer, tp, acked)
     acked.sort()
-    committed = consumer._committed_offset[tp]
+    committed = start_offset(consumer, tp)
     if committed is not None and acked[0] > committed:
         _note_hole(consumer, tp, committed)  # the message at the committed position is missing
         return None
@@ -135,6 +177,7 @@ def install() -> None:
     """Patch Faust's consumer class (idempotent; every worker calls it before Faust starts)."""
     Consumer._new_offset = new_offset  # type: ignore[method-assign,assignment]
     Consumer.ack = ack  # type: ignore[method-assign,assignment]
+    Consumer.perform_seek = perform_seek  # type: ignore[method-assign,assignment]
 
 
 def original() -> Any:

@@ -10,8 +10,9 @@ and leaving mid-replay, 1 run in 3 at load 8): a user's requests 5-7 were specul
 which then verified other pairs than the simulator and left older pairs in the store.
 
 :class:`PartitionOrder` is a stream processor placed before an agent's batching. Per partition
-it knows the next offset to process (from Faust's committed offset after each assignment, then
-one past the last processed). A later offset is a gap: the message is skipped *without* being
+it knows the next offset to process (after each assignment, Faust's committed offset or, with
+none, the log's first offset: :func:`streams.live.faust_commits.start_offset`; then one past
+the last processed). A later offset is a gap: the message is skipped *without* being
 recorded as done (:func:`streams.live.faust_commits.release`) and the partition is read again
 from the expected offset, so messages reach the agent in order. An earlier offset was already
 processed by this worker (a re-read): it is skipped and acked.
@@ -56,8 +57,8 @@ class PartitionOrder:
         tp, offset = message.tp, message.offset
         want = self.next_offset.get(tp)
         if want is None:
-            committed = self.app.consumer._committed_offset.get(tp)
-            want = offset if committed is None else int(committed)
+            start = faust_commits.start_offset(self.app.consumer, tp)
+            want = offset if start is None else start
         if offset == want:
             self.next_offset[tp] = offset + 1
             self.seeking.pop(tp, None)

@@ -111,3 +111,58 @@ def test_a_message_skipped_after_a_rebalance_is_not_committed(patched: bool) -> 
     assert old.acked and old not in c._unacked_messages  # released: shutdown does not wait
     got = new_offset(c, TP) if patched else original()(c, TP)
     assert (got is None) if patched else (got == 32)  # Faust's own ack commits past 30
+
+
+def seeking_consumer(committed: dict[Any, int | None], earliest: dict[Any, int]) -> Any:
+    """A consumer as :func:`perform_seek` sees it after Faust's own seek to the commits."""
+    c = consumer([], None)
+    c._committed_offset = defaultdict(lambda: None, committed)
+    c.app = SimpleNamespace(topics=SimpleNamespace(acks_enabled_for=lambda t: t != "changelog"))
+    c.assignment = lambda: set(committed)
+    asked: list[tuple[Any, ...]] = []
+
+    async def earliest_offsets(*tps: Any) -> dict[Any, int]:
+        asked.append(tps)
+        return {tp: earliest[tp] for tp in tps}
+
+    c.earliest_offsets, c.asked = earliest_offsets, asked
+    return c
+
+
+def test_a_partition_without_a_commit_is_read_from_the_logs_first_offset(monkeypatch) -> None:
+    """Faust leaves the fetch position of a never-committed partition where it was (offset 0,
+    fetched before a rebalance, was never read again); it is sought to the log's first offset,
+    and the hole check holds the commit at that offset."""
+    import streams.live.faust_commits as fc
+
+    async def faust_seek(c: Any) -> None:  # Faust's own: committed partitions only
+        for tp, offset in c._committed_offset.items():
+            if offset:
+                await c.seek(tp, offset)
+
+    monkeypatch.setattr(fc, "_ORIGINAL_SEEK", faust_seek)
+    other, log = TopicPartition("requests", 1), TopicPartition("changelog", 0)
+    c = seeking_consumer({TP: None, other: 40, log: None}, {TP: 0, log: 0})
+    assert fc.start_offset(c, TP) is None  # before the seek: not known
+    asyncio.run(fc.perform_seek(c))
+    assert set(c.seeks) == {(TP, 0), (other, 40)}  # the changelog is the tables' business
+    assert c.asked == [(TP,)]
+    assert fc.start_offset(c, TP) == 0 and fc.start_offset(c, other) == 40
+    c._acked[TP], c._acked_index[TP] = [1, 2, 3], {1, 2, 3}  # offset 0 not processed yet
+    assert new_offset(c, TP) is None
+    c._acked[TP].append(0)
+    assert new_offset(c, TP) == 4
+
+
+def test_the_logs_first_offset_after_retention_is_where_reading_starts(monkeypatch) -> None:
+    import streams.live.faust_commits as fc
+
+    async def faust_seek(c: Any) -> None:
+        return None
+
+    monkeypatch.setattr(fc, "_ORIGINAL_SEEK", faust_seek)
+    c = seeking_consumer({TP: None}, {TP: 500})  # offsets below 500 were deleted
+    asyncio.run(fc.perform_seek(c))
+    assert c.seeks == [(TP, 500)]
+    c._acked[TP], c._acked_index[TP] = [500, 501], {500, 501}
+    assert new_offset(c, TP) == 502

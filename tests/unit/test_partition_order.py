@@ -109,3 +109,19 @@ def test_a_new_generation_restarts_from_the_commits() -> None:
     a.consumer_generation_id = 2
     a.consumer._committed_offset[P0] = 11  # 10 committed, 11 not: Faust re-reads from 11
     assert admitted(order, [(P0, 11), (P0, 12)]) == [(P0, 11), (P0, 12)]
+
+
+def test_a_partition_without_a_commit_starts_at_the_logs_first_offset() -> None:
+    """Offset 0 of a never-committed partition was skipped in a rebalance; the first message
+    of the new generation is offset 1: a gap, the partition is read again from 0."""
+    a = app({})
+    a.consumer._solaris_starts = {P0: 0}  # what faust_commits.perform_seek found
+    order = PartitionOrder(a)
+    assert admitted(order, [(P0, 1), (P0, 2)]) == []
+    assert a.consumer.seeks == [(P0, 0)]
+    assert admitted(order, [(P0, 0), (P0, 1), (P0, 2)]) == [(P0, 0), (P0, 1), (P0, 2)]
+
+
+def test_without_a_known_start_the_first_offset_seen_starts_the_partition() -> None:
+    order = PartitionOrder(app({}))
+    assert admitted(order, [(P1, 7), (P1, 8)]) == [(P1, 7), (P1, 8)]
