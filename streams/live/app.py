@@ -33,6 +33,7 @@ from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
 from streams.live.components import Components
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
+from streams.live.sends import sender_for
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def create_app(
     tables: dict[str, Any] = {}
     if roles & STATEFUL:
         tables = {name: app.Table(name, default=None, partitions=P) for name in TABLES}
-    ctx = AgentContext(app, settings, parts, topics, tables, EventClock(settings.max_future_ms))
+    clock = EventClock(settings.max_future_ms)
+    ctx = AgentContext(app, settings, parts, topics, tables, clock, sender_for(settings, topics))
     register_agents(ctx, roles, aid)
     if web_port is not None:
         web.register_pages(ctx, bool(roles & STATEFUL))

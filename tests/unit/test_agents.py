@@ -77,7 +77,7 @@ def run(body: Callable[[faust.App, Components, Sent], Any], monkeypatch: pytest.
     close_current_loop()  # one a library made implicitly would leak when replaced
     loop = asyncio.new_event_loop()  # Faust binds to the current loop: one per test, closed
     asyncio.set_event_loop(loop)
-    settings = Settings(topic_prefix="agents-unit")
+    settings = Settings(topic_prefix="agents-unit", agent_sends="faust")
     parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
     app = create_app(settings, ROLES, parts, store="memory://")
     app.finalize()

@@ -93,7 +93,9 @@ def run_embed(
 
 
 def test_pipelined_groups_equal_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=40)
+    settings = Settings(
+        topic_prefix="embed-unit", agent_sends="faust", embed_batch_size=64, embed_batch_pairs=40
+    )
     msgs = verified(60)
     bad = dataclasses.replace(msgs[4], history_times_ms=msgs[4].history_times_ms[::-1])
     codec_parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
@@ -159,7 +161,9 @@ class BrokenFM(FakeFM):
 def test_an_infrastructure_error_crashes_the_agent_and_leaves_no_group_running(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=40)
+    settings = Settings(
+        topic_prefix="embed-unit", agent_sends="faust", embed_batch_size=64, embed_batch_pairs=40
+    )
     codec = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec
     left: list[int] = []
 
@@ -195,7 +199,9 @@ def test_a_later_request_leaves_its_newer_pair_in_the_store(
 ) -> None:
     """One user's two requests with the same pair fall into two FM groups of one batch: the
     store must end with the second (newer) value even when the first group's write is slow."""
-    settings = Settings(topic_prefix="embed-unit", embed_batch_size=64, embed_batch_pairs=4)
+    settings = Settings(
+        topic_prefix="embed-unit", agent_sends="faust", embed_batch_size=64, embed_batch_pairs=4
+    )
     first = verified(3)[2]  # 3 pairs: with 4 pairs at most per group, one group per request
     second = dataclasses.replace(first, request_id="later", event_time_ms=first.event_time_ms + 5)
     codec = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec

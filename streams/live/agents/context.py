@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiokafka.errors
+import confluent_kafka
 import faust
 from faust.streams import _current_event
 
@@ -19,13 +20,18 @@ from streams.engine.steps.event_time import FUTURE_EVENT_TIME, EventClock
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, dead_letter_for, decode
 from streams.live.ordering import PartitionOrder
+from streams.live.sends import DeliveryFailed, Sender
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PROCESSING_ERROR = "processing_error"
 #: infrastructure failures: not the message's fault, so never a dead letter (Faust restarts)
-INFRA_ERRORS: tuple[type[BaseException], ...] = (aiokafka.errors.KafkaError,)
+INFRA_ERRORS: tuple[type[BaseException], ...] = (
+    aiokafka.errors.KafkaError,
+    confluent_kafka.KafkaException,
+    DeliveryFailed,
+)
 
 
 def origin(event: Any) -> Origin:
@@ -83,17 +89,15 @@ class AgentContext:
     topics: dict[str, Any]
     tables: dict[str, Any]
     clock: EventClock
+    sender: Sender
 
     async def send(self, topic: str, user_id: int, value: Any, event_time_ms: int) -> Any:
         """Send ``value`` (a record) keyed by user; returns the delivery future."""
-        return await self.topics[topic].send(
-            key=user_key(user_id),
-            value=self.parts.codec.encode(value),
-            timestamp=event_time_ms / 1000,
-        )
+        encoded = self.parts.codec.encode(value)
+        return await self.sender.send(topic, user_key(user_id), encoded, event_time_ms)
 
     async def dead(self, dl: DeadLetter) -> None:
-        await self.topics["dead-letter"].send(key=dl.raw_key, value=self.parts.codec.encode(dl))
+        await self.sender.send("dead-letter", dl.raw_key, self.parts.codec.encode(dl), None)
         self.parts.count(**{f"dead_letters_{dl.reason}": 1})
 
     async def decoded(self, event: Any, expect: type[T]) -> T | None:

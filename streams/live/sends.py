@@ -1,0 +1,158 @@
+"""How the agents' messages reach Kafka: librdkafka (default) or Faust's own producer.
+
+Why not Faust's by default: in the FM worker (``bench fm``, batches of 128 verified messages)
+sending the ``embeddings`` messages through ``faust.Topic.send`` took ~30 of ~80 ms a batch,
+~200 µs a message beyond building and encoding it (Faust's and aiokafka's Python: message
+futures, callbacks, the accumulator, murmur2 in Python), more than the wait for the FM itself.
+librdkafka's ``produce`` takes ~4 µs a message.
+
+What stays the same:
+- the partition: :func:`streams.kafka_clients.make_producer` hashes keys like Faust (murmur2),
+  on the same key bytes, so co-partitioning holds;
+- the order per partition, also across retries: the producer is idempotent;
+- at-least-once: :meth:`LibrdkafkaSender.send` returns a future settled by the delivery report,
+  and the agents await every delivery of a batch before its events are acked (and offsets
+  committed), as they did with Faust's futures;
+- the record timestamp: the event time.
+
+Delivery reports are served by a daemon thread polling the producer; a report settles its
+future on the event loop. A full local queue makes :meth:`LibrdkafkaSender.send` wait
+(backpressure) instead of failing. At exit the producer is flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, Producer
+
+from streams.kafka_clients import make_producer
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: seconds a full local queue waits before producing again
+QUEUE_FULL_WAIT_S = 0.005
+#: seconds the delivery thread blocks in one poll (also how fast it notices close)
+POLL_S = 0.05
+#: seconds close() waits for messages still queued
+FLUSH_S = 10.0
+
+
+class DeliveryFailed(RuntimeError):
+    """The broker did not take a message (after librdkafka's own retries)."""
+
+
+class Sender(Protocol):
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
+    ) -> Awaitable[Any]:
+        """Queue one message to SOLARIS topic ``topic`` (short name); the result is awaited
+        for its delivery."""
+        ...
+
+
+class FaustSender:
+    """Through Faust's topics (aiokafka's producer): agent unit tests, and the A/B baseline."""
+
+    def __init__(self, topics: dict[str, Any]) -> None:
+        self.topics = topics
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
+    ) -> Awaitable[Any]:
+        timestamp = None if timestamp_ms is None else timestamp_ms / 1000
+        return await self.topics[topic].send(key=key, value=value, timestamp=timestamp)
+
+
+class LibrdkafkaSender:
+    """One idempotent confluent-kafka producer shared by a worker's agents (see the module)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._names: dict[str, str] = {}
+        self._producer: Producer | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def _started(self) -> Producer:
+        """The producer and its delivery thread, started at the first send."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = make_producer(
+                    self.settings,
+                    {
+                        "enable.idempotence": True,
+                        "linger.ms": self.settings.producer_linger_ms,
+                    },
+                )
+                self._thread = threading.Thread(
+                    target=self._serve_reports, args=(self._producer,), name="solaris-deliveries"
+                )
+                self._thread.daemon = True
+                self._thread.start()
+                atexit.register(self.close)
+            return self._producer
+
+    def _serve_reports(self, producer: Producer) -> None:
+        while not self._closed.is_set():
+            producer.poll(POLL_S)
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
+    ) -> asyncio.Future[None]:
+        producer = self._started()
+        name = self._names.get(topic) or self._names.setdefault(topic, self.settings.topic(topic))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def report(err: KafkaError | None, _msg: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, done, err, name)
+
+        timestamp = 0 if timestamp_ms is None else int(timestamp_ms)  # 0: librdkafka's "now"
+        while True:
+            try:
+                producer.produce(name, value, key, on_delivery=report, timestamp=timestamp)
+                return done
+            except BufferError:  # the local queue is full: let deliveries drain it
+                await asyncio.sleep(QUEUE_FULL_WAIT_S)
+
+    def pending(self) -> int:
+        """Messages queued or in flight (not yet reported)."""
+        return 0 if self._producer is None else len(self._producer)
+
+    def close(self) -> None:
+        """Stop the delivery thread and flush what is still queued (idempotent)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=POLL_S * 10)
+        if self._producer is not None:
+            left = self._producer.flush(FLUSH_S)
+            if left:
+                log.warning("messages not delivered at close", extra={"messages": left})
+
+
+def _settle(done: asyncio.Future[None], err: KafkaError | None, topic: str) -> None:
+    if done.done():
+        return
+    if err is None:
+        done.set_result(None)
+    else:
+        done.set_exception(DeliveryFailed(f"delivery to {topic} failed: {err}"))
+
+
+def sender_for(settings: Settings, topics: dict[str, Any]) -> Sender:
+    """The sender ``settings.agent_sends`` names (``topics``: Faust's, for the Faust one)."""
+    if settings.agent_sends == "faust":
+        return FaustSender(topics)
+    return LibrdkafkaSender(settings)
