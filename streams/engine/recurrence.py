@@ -14,7 +14,9 @@ knows the future): ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 /
 0.055. At a 50 % budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens).
 
 State is per process: in the live pipeline each worker counts the requests of its own partitions
-(a user's requests all reach one worker) and re-warms after a restart.
+(a user's requests all reach one worker) and re-warms after a restart. The speculate step
+writes it on the event loop while the verify step reads it in the model thread: reads copy
+what they iterate.
 """
 
 from __future__ import annotations
@@ -93,7 +95,11 @@ class RecurrencePrior:
         ``event_time_ms``, inclusive) each item appeared, float64 ``[n]``."""
         items = np.asarray(item_ids, np.int64)
         out = np.zeros(items.shape[0], np.float64)
-        for t, listed in self._lists.get(user_id, ()):
+        # A copy (taken in C, under the GIL): the live verify step reads here in the model
+        # thread while the event loop's speculate step appends to the same user's lists; iterating
+        # the deque itself failed with "deque mutated during iteration" and dead-lettered a
+        # request in `make demo`. Lists of later requests are excluded by their time anyway.
+        for t, listed in tuple(self._lists.get(user_id, ())):
             if 0 <= event_time_ms - t <= self.memory_ms:
                 out += np.isin(items, listed)
         return out

@@ -31,8 +31,13 @@ def dead_letter_for(
     origin: Origin, key: bytes | None, value: bytes | None, reason: str, error: str
 ) -> DeadLetter:
     DEAD_LETTERS.labels(origin.topic, reason).inc()
-    log.warning(
-        "dead letter",
+    log.warning(  # the text too: Faust's worker log format drops the extra fields
+        "dead letter %s[%d]@%d %s: %s",
+        origin.topic,
+        origin.partition,
+        origin.offset,
+        reason,
+        error[:200],
         extra={
             "topic": origin.topic,
             "partition": origin.partition,

@@ -126,7 +126,13 @@ class AgentContext:
 
     async def dead_for(self, event: Any, exc: Exception) -> None:
         """Dead-letter ``event`` for an error raised while processing it."""
-        log.warning("processing failed", extra={"error": repr(exc)[:500]})
+        bad_record = isinstance(exc, ValueError | TypeError | KeyError)  # else: show where
+        log.warning(
+            "processing failed: %s",
+            repr(exc)[:500],
+            extra={"error": repr(exc)[:500]},
+            exc_info=None if bad_record else exc,
+        )
         error = f"{type(exc).__name__}: {exc}"
         dl = dead_letter_for(origin(event), event.key, event.value, PROCESSING_ERROR, error)
         await self.dead(dl)
