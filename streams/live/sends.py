@@ -76,7 +76,6 @@ class LibrdkafkaSender:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._names: dict[str, str] = {}
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
@@ -109,7 +108,7 @@ class LibrdkafkaSender:
         self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
     ) -> asyncio.Future[None]:
         producer = self._started()
-        name = self._names.get(topic) or self._names.setdefault(topic, self.settings.topic(topic))
+        name = self.settings.topic(topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -139,7 +138,7 @@ class LibrdkafkaSender:
         if self._producer is not None:
             left = self._producer.flush(FLUSH_S)
             if left:
-                log.warning("messages not delivered at close", extra={"messages": left})
+                log.warning("%d messages not delivered at close", left, extra={"messages": left})
 
 
 def _settle(done: asyncio.Future[None], err: KafkaError | None, topic: str) -> None:
