@@ -292,8 +292,14 @@ class Settings(BaseSettings):
     max_future_ms: int = Field(
         HOUR_MS,
         gt=0,
-        description="Events dated more than this ahead of max(partition event-time high-water "
-        "mark, wall clock) are dead-lettered as future_event_time.",
+        description="Events dated more than this ahead of the event clock (SOLARIS_EVENT_CLOCK) "
+        "are dead-lettered as future_event_time.",
+    )
+    event_clock: Literal["wall", "partition"] = Field(
+        "wall",
+        description="What SOLARIS_MAX_FUTURE_MS counts from: the wall clock, or min(the "
+        "partition's event-time high-water mark, wall clock) (also refuses events far ahead of a "
+        "replay of old traffic, but a gap in a partition's log longer than the bound too).",
     )
     bundle_dir: Path | None = Field(
         None, description="Trained model bundle to serve (default: the newest under model_dir)."

@@ -26,7 +26,7 @@ from typing import Any
 
 import faust
 
-from streams.engine.steps.event_time import EventClock
+from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.kafka_security import faust_credentials
 from streams.live import faust_commits, faust_fastpath
 from streams.live.agents import aggregate, embed, history, requests, verify, web
@@ -122,7 +122,7 @@ def create_app(
     tables: dict[str, Any] = {}
     if roles & STATEFUL:
         tables = {name: app.Table(name, default=None, partitions=P) for name in TABLES}
-    clock = EventClock(settings.max_future_ms)
+    clock = EventClock(settings.max_future_ms, ClockRule(settings.event_clock))
     ctx = AgentContext(app, settings, parts, topics, tables, clock, sender_for(settings, topics))
     register_agents(ctx, roles, aid)
     if web_port is not None:

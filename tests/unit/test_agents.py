@@ -64,7 +64,11 @@ def close_current_loop() -> None:
         current.close()
 
 
-def run(body: Callable[[faust.App, Components, Sent], Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+def run(
+    body: Callable[[faust.App, Components, Sent], Any],
+    monkeypatch: pytest.MonkeyPatch,
+    **overrides: Any,
+) -> Any:
     sent = Sent()
     monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
     monkeypatch.setattr(
@@ -77,7 +81,7 @@ def run(body: Callable[[faust.App, Components, Sent], Any], monkeypatch: pytest.
     close_current_loop()  # one a library made implicitly would leak when replaced
     loop = asyncio.new_event_loop()  # Faust binds to the current loop: one per test, closed
     asyncio.set_event_loop(loop)
-    settings = Settings(topic_prefix="agents-unit", agent_sends="faust")
+    settings = Settings(topic_prefix="agents-unit", agent_sends="faust", **overrides)
     parts = Components(settings, EngineModels(FakeFM(4)), InMemoryStore())
     app = create_app(settings, ROLES, parts, store="memory://")
     app.finalize()
@@ -179,6 +183,35 @@ def test_requests_agent_dead_letters_events_from_the_future(
         assert spec.request_id == "r1"
 
     run(body, monkeypatch)
+
+
+@pytest.mark.parametrize("rule", ["wall", "partition"])
+def test_partition_event_clock_dead_letters_events_far_ahead_of_a_replay(
+    monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    """Replaying old traffic, a request dated a week after the replay's time (but before now)
+    is refused only by ``SOLARIS_EVENT_CLOCK=partition``."""
+    week = 7 * 24 * 3_600_000
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        reqs = [
+            RequestEvent("r1", 7, T0, "feed", (1, 2)),
+            RequestEvent("r2", 7, T0 + week, "feed", (3,)),
+        ]
+        await put(app, "speculate", [enc(r) for r in reqs])
+        dead = sent.by_topic.get("agents-unit.dead-letter", [])
+        dls = [parts.codec.decode(v, DeadLetter) for v in dead]
+        speculated = [
+            parts.codec.decode(v, ProposalBatch).request_id
+            for v in sent.by_topic["agents-unit.speculated"]
+        ]
+        if rule == "partition":
+            assert [d.reason for d in dls] == ["future_event_time"] and speculated == ["r1"]
+        else:
+            assert dls == [] and speculated == ["r1", "r2"]
+
+    run(body, monkeypatch, event_clock=rule)
 
 
 def test_batched_table_state_is_read_and_written_in_each_events_partition(

@@ -7,7 +7,7 @@ import numpy as np
 from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
 from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import UserRepresentations
-from streams.engine.steps.event_time import EventClock
+from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.engine.steps.history import RECENT_POSITIVES, observe_impression, recent_positive_items
 from streams.engine.steps.speculate import SavedRep, observe_representation
 from streams.engine.steps.verify import LedgerState, VerifyKnobs, rounds, verify_requests
@@ -89,6 +89,28 @@ def test_event_clock_cannot_be_walked_ahead_by_a_chain_of_admitted_events() -> N
     clock = EventClock(max_future_ms=H)
     assert clock.admit(0, T0 + 59 * 60_000, T0)
     assert not clock.admit(0, T0 + 118 * 60_000, T0)  # within 1 h of the first, not of now
+
+
+def test_partition_clock_refuses_events_far_ahead_of_a_replay_of_old_traffic() -> None:
+    """The issue's case the wall clock misses: replaying last month, an event dated last week."""
+    clock = EventClock(max_future_ms=H, rule=ClockRule.PARTITION)
+    old = T0 - 30 * 24 * H
+    assert clock.admit(0, old, T0)  # first event of a partition: judged by the wall clock
+    assert clock.admit(0, old + H - 1, T0)
+    assert not clock.admit(0, old + 7 * 24 * H, T0)  # behind now, far ahead of the replay
+    assert clock.admit(1, old + 7 * 24 * H, T0)  # another partition keeps its own mark
+    assert clock.high_water_ms == {0: old + H - 1, 1: old + 7 * 24 * H}
+    wall = EventClock(max_future_ms=H)
+    assert wall.admit(0, old, T0) and wall.admit(0, old + 7 * 24 * H, T0)  # the default admits
+
+
+def test_partition_clock_is_capped_by_the_wall_clock() -> None:
+    """Live the mark can sit ahead of now (events within the bound): the wall clock caps it, so
+    a chain of events cannot creep ahead until the broker refuses one."""
+    clock = EventClock(max_future_ms=H, rule=ClockRule.PARTITION)
+    assert clock.admit(0, T0 + 59 * 60_000, T0)
+    assert clock.bound_ms(0, T0) == T0 + H
+    assert not clock.admit(0, T0 + 118 * 60_000, T0)
 
 
 def test_history_step_keeps_event_order_and_feeds_lookahead_before_adding() -> None:
