@@ -63,6 +63,20 @@ READER_INTERNAL_ERRORS = Counter(
     "solaris_reader_internal_errors_total",
     "Requests whose lookup hit an unexpected error (served as missing).",
 )
+READER_CORRUPT_VALUES = Counter(
+    "solaris_reader_corrupt_values_total",
+    "Stored values the ranker's reader rejected (checksum, format, bounds, NaN): never served.",
+)
+#: labelled by logical topic (requests, impressions); the pipeline dead-letters these messages
+RANKER_BAD_MESSAGES = Counter(
+    "solaris_ranker_bad_messages_total",
+    "Undecodable messages the ranker skipped, by topic.",
+    ["topic"],
+)
+RANKER_FAILED_MESSAGES = Counter(
+    "solaris_ranker_failed_messages_total",
+    "Messages whose handling raised in the ranker (logged and skipped; the ranker kept going).",
+)
 #: event-time ages from seconds (exact pairs of the last request) to days (neighbour aggregates)
 AGE_BUCKETS = (1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800)
 SERVED_AGE = Histogram(
@@ -118,9 +132,9 @@ SERVED_TIERS = tuple(name for code, name in enumerate(TIER_NAMES) if code != Tie
 
 
 def init_ranker_series() -> None:
-    """Register the ranker-only gauges (once per process) and create every tier's series at 0,
-    so rates and alerts see a tier before its first lookup (a labelled series that does not
-    exist yet makes ``rate`` silently empty)."""
+    """Register the ranker-only gauges (once per process) and create every tier's (and each
+    bad-message topic's) series at 0, so rates and alerts see a tier before its first lookup
+    (a labelled series that does not exist yet makes ``rate`` silently empty)."""
     if not _ranker_registered:
         for gauge in RANKER_GAUGES:
             REGISTRY.register(gauge)
@@ -129,6 +143,8 @@ def init_ranker_series() -> None:
         LOOKUPS.labels(name)
     for name in SERVED_TIERS:
         SERVED_AGE.labels(name)
+    for topic in ("requests", "impressions"):
+        RANKER_BAD_MESSAGES.labels(topic)
 
 
 def observe_served(tiers: np.ndarray, ages_ms: np.ndarray) -> None:

@@ -3,8 +3,9 @@
 Consumes ``requests`` (its own consumer group), and per request: one ``FeatureReader.lookup``
 (≤ 2 store round trips, never raises, answers "missing" within its deadline on store trouble),
 ``vm_solaris`` scoring, then records tiers, read latency and scores (Prometheus, the shared
-stats hash, and optionally the ``scores`` topic). Malformed requests are counted and skipped:
-the pipeline's requests consumer owns dead-lettering that topic.
+stats hash, and optionally the ``scores`` topic). Malformed requests and impressions are
+counted and skipped (the pipeline's consumers own dead-lettering those topics); a message whose
+handling raises is counted (``failed``), logged and skipped: one message must not stop the ranker.
 
 Cold start: a background thread (:class:`~streams.live.snapshot_loader.SnapshotLoader`) polls
 the workers' KNN snapshots every ``snapshot_every_s`` and rebuilds the cold-start index only when
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import redis
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from schemas.codec import Codec
 from schemas.errors import SchemaError
@@ -84,7 +85,8 @@ class RankerService:
         #: read latencies of the newest requests (bounded: a ranker runs for weeks)
         self.read_ms: deque[float] = deque(maxlen=READ_MS_WINDOW)
         self.requests = 0
-        self.bad = 0
+        self.bad = 0  #: undecodable requests (skipped)
+        self.bad_impressions = 0  #: undecodable impressions (skipped)
         self._assigned = 0  #: partitions held now (set by the rebalance callbacks)
         #: messages whose handling raised (logged and skipped)
         self.failed = 0
@@ -96,7 +98,7 @@ class RankerService:
         )
         self._stop = threading.Event()
         #: reader error counts and served pairs already added to the Prometheus counters
-        self._counted = (0, 0, 0)
+        self._counted = (0, 0, 0, 0)
         self._counted_served = 0
         self._published_at = 0.0  #: monotonic time of the last publish
         metrics.init_ranker_series()
@@ -159,14 +161,7 @@ class RankerService:
                         log.warning("consumer error", extra={"error": str(error)})
                     continue
                 idle_since = time.monotonic()
-                try:
-                    if msg.topic() == s.topic("impressions"):
-                        self._on_impression(msg.value())
-                        continue
-                    self._handle(msg.value(), producer)
-                except Exception:  # one bad message must not stop the ranker
-                    self.failed += 1
-                    log.exception("ranker failed on a message; skipped")
+                self._dispatch(msg, producer)
                 if producer is not None:
                     producer.poll(0)
         finally:
@@ -179,11 +174,28 @@ class RankerService:
             self._publisher.close()
             self.stats.close()
 
+    def _dispatch(self, msg: Message, producer: Producer | None) -> None:
+        """One consumed message. Whatever it does, the ranker keeps serving the next ones:
+        a failure is counted, logged with its traceback and skipped."""
+        try:
+            if msg.topic() == self.settings.topic("impressions"):
+                self._on_impression(msg.value())
+            else:
+                self._handle(msg.value(), producer)
+        except Exception:  # one bad message must not stop the ranker
+            self.failed += 1
+            metrics.RANKER_FAILED_MESSAGES.inc()
+            log.exception(
+                "ranker failed on a message; skipped",
+                extra={"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()},
+            )
+
     def _handle(self, value: bytes | None, producer: Producer | None) -> None:
         try:
             request = self.codec.decode(value, RequestEvent)
         except SchemaError as exc:
             self.bad += 1
+            metrics.RANKER_BAD_MESSAGES.labels("requests").inc()
             log.warning("skipping malformed request", extra={"reason": exc.reason})
             return
         result = rank(request, self.reader, self.scorer)
@@ -223,7 +235,9 @@ class RankerService:
         try:
             imp = self.codec.decode(value, ImpressionEvent)
         except SchemaError:
-            return  # the pipeline's history consumer dead-letters it
+            self.bad_impressions += 1  # the pipeline's history consumer dead-letters it
+            metrics.RANKER_BAD_MESSAGES.labels("impressions").inc()
+            return
         joined = self.quality.on_impression(imp)
         metrics.LIVE_QUALITY_IMPRESSIONS.labels(str(joined).lower()).inc()
         ne = self.quality.ne() if joined else None
@@ -283,8 +297,10 @@ class RankerService:
                 **counts,
                 "requests": self.requests,
                 "bad_requests": self.bad,
+                "bad_impressions": self.bad_impressions,
                 "failed_messages": self.failed,
                 "reader_internal_errors": st.internal_errors,
+                "corrupt_values": st.corrupt_values,
                 "ignored_snapshots": self.ignored_snapshots,
                 "served_distinct": self.speculation.served,
                 "timeouts": st.timeouts,
@@ -303,14 +319,16 @@ class RankerService:
         self._set_precision()
 
     def _count_per_request(self) -> None:
-        """Add this request's reader errors and newly served pairs to the Prometheus counters
-        (per request, so an alert sees a store outage at once, not 200 requests later)."""
+        """Add this request's reader errors, corrupt values and newly served pairs to the
+        Prometheus counters (per request, so an alert sees a store outage at once, not 200
+        requests later)."""
         st = self.reader.stats
-        now = (st.timeouts, st.store_errors, st.internal_errors)
+        now = (st.timeouts, st.store_errors, st.internal_errors, st.corrupt_values)
         counters = (
             metrics.READER_TIMEOUTS,
             metrics.READER_STORE_ERRORS,
             metrics.READER_INTERNAL_ERRORS,
+            metrics.READER_CORRUPT_VALUES,
         )
         for counter, new, old in zip(counters, now, self._counted, strict=True):
             if new > old:
