@@ -85,6 +85,23 @@ class AggregateState:
         )
 
 
+def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> None:
+    """Refuse (``ValueError``) an embedding of the worker's own FM version whose dim is not that
+    FM's output dim: it cannot come from that model, and folded into a new user's buckets it
+    would be stored as an aggregate every reader discards as corrupt.
+
+    An embedding of *another* version is accepted and not checked here (this worker cannot know
+    that model's dim): in an FM upgrade the new FM workers run before the pipeline worker is
+    restarted on the new bundle. Note what that costs: such an embedding restarts the user's
+    buckets (see :class:`AggregateState`), so one message of a foreign version empties the
+    user's aggregate until more of that version arrive.
+    """
+    if version == own_version and dim != own_dim:
+        raise ValueError(
+            f"embedding of dim {dim} for model version {version!r}, whose FM outputs {own_dim}"
+        )
+
+
 class RollingAggregator:
     """Adds pair embeddings to per-user state and emits the user's current aggregate."""
 

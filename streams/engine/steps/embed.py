@@ -5,6 +5,11 @@ strategy per item); the batch then goes through the FM in one call. If that call
 batch is split and each message embedded alone, so only the message that fails is reported (and
 dead-lettered by the caller) while every other message of the batch is embedded: before, one
 poison message lost its whole batch (Faust acked the in-flight events when the agent crashed).
+
+The FM's output is checked too, right after the call and before anything is stored: a message
+whose vectors are not finite in the stored dtype (NaN, or a value that overflows float16) fails
+alone. Its ``embeddings`` message could not be encoded, and before this check the agent crashed
+in its send phase after the message's pairs were already in the store.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from schemas.records import EmbeddingBatch, PairEmbedding, PairProposal, ProposalBatch
+from schemas.vectors import VectorDtype
 from streams.engine.history import UserHistory
 
 E = TypeVar("E")  #: the caller's handle of a message (a Faust event)
@@ -96,11 +104,39 @@ async def embed_isolating(
             out.failed += one.failed
             out.fm_calls += one.fm_calls
         return out
+    all_finite = _finite(vectors)  # one check for the group; per message only if it fails
     offset = 0
     for it in todo:
-        out.done.append((it, vectors[offset : offset + it.n_pairs]))
+        mine = vectors[offset : offset + it.n_pairs]
         offset += it.n_pairs
+        bad = None if all_finite else nonfinite_output(it, mine)
+        if bad is None:
+            out.done.append((it, mine))
+        else:
+            out.failed.append((it, bad))
     return out
+
+
+def _finite(vectors: Sequence[PairEmbedding]) -> bool:
+    """True if every value of ``vectors`` (records of one dtype) is finite."""
+    if not vectors:
+        return True
+    raw = np.frombuffer(b"".join(e.vector for e in vectors), VectorDtype(vectors[0].dtype).numpy)
+    return bool(np.isfinite(raw).all())
+
+
+def nonfinite_output(item: EmbedInput[Any], mine: Sequence[PairEmbedding]) -> ValueError | None:
+    """The error for a message whose FM output is not finite (a value that does not fit the
+    stored dtype, or NaN), or None if it is finite: the message is dead-lettered alone."""
+    if _finite(mine):
+        return None
+    bad = [e.item_id for e in mine if not _finite([e])]
+    dtype = mine[0].dtype
+    return ValueError(
+        f"FM output is not finite (NaN or infinity as {dtype}) for request "
+        f"{item.batch.request_id!r}, items {bad[:10]} ({len(bad)} of {len(mine)} pairs, "
+        f"model version {mine[0].model_version})"
+    )
 
 
 def chunk_by_pairs(items: Sequence[EmbedInput[E]], max_pairs: int) -> list[list[EmbedInput[E]]]:

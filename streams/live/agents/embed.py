@@ -18,8 +18,14 @@ the broker-restart and FM kill -9 fault tests caught "pairs stored with an older
 
 At-least-once is unchanged: a message's pairs are stored before its ``embeddings`` message is
 sent, sends go out in input order, and every delivery of the batch is awaited before the batch
-is done (Faust acks its events only then). A failure cancels the rest of the batch and
-propagates, like before.
+is done (Faust acks its events only then).
+
+A message is dead-lettered alone (``processing_error``) when its input is invalid, its FM call
+fails, its FM output is not finite (checked in :func:`embed_isolating`) or its ``embeddings``
+message cannot be encoded: each group's messages are encoded *before* the group is stored, so
+nothing of a refused message reaches the store and the rest of the batch is stored and sent.
+An infrastructure error (``INFRA_ERRORS``) cancels the rest of the batch and propagates (Faust
+restarts the agent and the batch is redelivered).
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from streams.engine.steps.embed import (
     embedding_batch,
 )
 from streams.live import metrics
-from streams.live.agents.context import INFRA_ERRORS, AgentContext
+from streams.live.agents.context import INFRA_ERRORS, AgentContext, user_key
 from streams.live.offload import MODEL_POOL, in_pool
 from streams.live.retry import write_with_retry
 
+#: one message ready to store and send: its input, its pairs' embeddings, its encoded message
+Encoded = tuple[EmbedInput[Any], list[PairEmbedding], bytes]
 #: a batch is cut into about this many FM groups, so the FM overlaps storing and sending ...
 OVERLAP_GROUPS = 4
 #: ... but no group is cut smaller than this many pairs (per-call overhead)
@@ -86,24 +94,35 @@ class EmbedAgent:
         metrics.FM_BATCH_SIZE.observe(sum(it.n_pairs for it in group))
         return outcome
 
-    async def store(self, outcome: EmbedOutcome[Any]) -> None:
+    async def encode(self, outcome: EmbedOutcome[Any]) -> list[Encoded]:
+        """One group's ``embeddings`` messages, encoded before anything of the group is stored;
+        the messages that failed (in the FM, or here: a data fault) are dead-lettered alone."""
+        for item, exc in outcome.failed:
+            await self.ctx.dead_for(item.event, exc)
+        codec = self.parts.codec
+        ready: list[Encoded] = []
+        for it, mine in outcome.done:
+            async with self.ctx.processing(it.event):  # InvalidField: that message only
+                ready.append((it, mine, codec.encode(embedding_batch(it.batch, mine))))
+        return ready
+
+    async def store(self, ready: list[Encoded], fm_calls: int) -> None:
         """One group's store write; the caller awaits it before the next group's."""
-        embeddings = [e for _, mine in outcome.done for e in mine]
+        embeddings = [e for _, mine, _ in ready for e in mine]
         if embeddings:
             ttl = self.settings.pair_ttl_ms
             store = self.parts.store
             await write_with_retry("write_pairs", lambda: store.write_pairs(embeddings, ttl))
             metrics.EMBEDDED.inc(len(embeddings))
-        self.parts.count(embedded=len(embeddings), fm_batches=outcome.fm_calls)
+        self.parts.count(embedded=len(embeddings), fm_batches=fm_calls)
 
-    async def send(self, outcome: EmbedOutcome[Any], deliveries: list[Awaitable[Any]]) -> None:
-        """Dead letters and ``embeddings`` messages of one group, in input order."""
-        for item, exc in outcome.failed:
-            await self.ctx.dead_for(item.event, exc)
-        for it, mine in outcome.done:
+    async def send(self, ready: list[Encoded], deliveries: list[Awaitable[Any]]) -> None:
+        """The group's ``embeddings`` messages, in input order (after its store write)."""
+        sender = self.ctx.sender
+        for it, _, data in ready:
             b = it.batch
-            msg = embedding_batch(b, mine)
-            deliveries.append(await self.ctx.send("embeddings", b.user_id, msg, b.event_time_ms))
+            key = user_key(b.user_id)
+            deliveries.append(await sender.send("embeddings", key, data, b.event_time_ms))
 
     async def start_groups(
         self, events: list[Any], tasks: list[asyncio.Task[EmbedOutcome[Any]]]
@@ -142,8 +161,9 @@ class EmbedAgent:
             deliveries: list[Awaitable[Any]] = []
             for task in tasks:
                 outcome = await task
-                await self.store(outcome)
-                await self.send(outcome, deliveries)
+                ready = await self.encode(outcome)
+                await self.store(ready, outcome.fm_calls)
+                await self.send(ready, deliveries)
             for delivery in deliveries:
                 await delivery
         finally:

@@ -1,8 +1,17 @@
 """speculated → verify (one VM call per batch round) → ``verified``; the ledger is saved only
-after the batch's deliveries are durable (a crash before re-verifies instead of skipping)."""
+after the batch's deliveries are durable (a crash before re-verifies instead of skipping).
+
+A message whose verification raises, or whose ``verified`` message cannot be encoded (a data
+fault), is dead-lettered alone (``processing_error``): the batch is verified again one message
+at a time, so the user's later requests do not see the refused one's pairs in the ledger. Pairs
+the VM scored NaN or infinite are dropped by the verify step (see
+:func:`streams.engine.steps.verify.verify_requests`), so the rest of their request goes on.
+Infrastructure errors (``INFRA_ERRORS``) propagate.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import faust
@@ -11,10 +20,11 @@ from schemas.records import ProposalBatch
 from streams.engine.history import Entry
 from streams.engine.steps.verify import LedgerState, VerifyResult, verify_requests
 from streams.live import metrics
-from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current
+from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current, user_key
 from streams.live.offload import MODEL_POOL, in_pool
 from streams.live.state import history_from_table, ledger_from_table, ledger_to_table
 
+log = logging.getLogger(__name__)
 Decoded = list[tuple[Any, ProposalBatch]]  #: (Faust event, its record), in stream order
 UserState = dict[int, tuple[LedgerState, list[Entry]]]
 
@@ -30,11 +40,12 @@ class VerifyAgent:
             return
         try:
             results = await in_pool(MODEL_POOL, self._verify, [b for _, b in decoded], state)
+            encoded = self._encode(results)
         except INFRA_ERRORS:
             raise
         except Exception:  # isolate the bad message: verify one by one
-            decoded, results = await self._one_by_one(decoded, state)
-        await self._send_then_save(decoded, results)
+            decoded, results, encoded = await self._one_by_one(decoded, state)
+        await self._send_then_save(decoded, results, encoded)
 
     async def _load(self, events: list[Any]) -> tuple[Decoded, UserState]:
         decoded: Decoded = []
@@ -60,14 +71,22 @@ class VerifyAgent:
             parts.knobs,
         )
 
+    def _encode(self, results: list[VerifyResult]) -> list[bytes | None]:
+        """Each result's ``verified`` message encoded (None: nothing to send), before anything
+        is sent or saved: a record that cannot be encoded fails like its verification."""
+        codec = self.ctx.parts.codec
+        return [None if r.out is None else codec.encode(r.out) for r in results]
+
     async def _one_by_one(
         self, decoded: Decoded, state: UserState
-    ) -> tuple[Decoded, list[VerifyResult]]:
+    ) -> tuple[Decoded, list[VerifyResult], list[bytes | None]]:
         kept: Decoded = []
         results: list[VerifyResult] = []
+        encoded: list[bytes | None] = []
         for event, b in decoded:
             try:
                 (res,) = await in_pool(MODEL_POOL, self._verify, [b], state)
+                (data,) = self._encode([res])
             except INFRA_ERRORS:
                 raise
             except Exception as exc:
@@ -77,16 +96,19 @@ class VerifyAgent:
                 state[b.user_id] = (res.ledger, state[b.user_id][1])
             kept.append((event, b))
             results.append(res)
-        return kept, results
+            encoded.append(data)
+        return kept, results, encoded
 
-    async def _send_then_save(self, decoded: Decoded, results: list[VerifyResult]) -> None:
+    async def _send_then_save(
+        self, decoded: Decoded, results: list[VerifyResult], encoded: list[bytes | None]
+    ) -> None:
         deliveries = []
-        for (_, b), res in zip(decoded, results, strict=True):
-            self._count(res)
-            if res.out is not None:
-                deliveries.append(
-                    await self.ctx.send("verified", b.user_id, res.out, b.event_time_ms)
-                )
+        sender = self.ctx.sender
+        for (_, b), res, data in zip(decoded, results, encoded, strict=True):
+            self._count(b, res)
+            if data is not None:
+                key = user_key(b.user_id)
+                deliveries.append(await sender.send("verified", key, data, b.event_time_ms))
         for delivery in deliveries:
             await delivery
         last: dict[int, tuple[Any, LedgerState]] = {}  # a user's later results carry the earlier
@@ -97,10 +119,19 @@ class VerifyAgent:
             with as_current(event):
                 self.ledger[user] = ledger_to_table(ledger)
 
-    def _count(self, res: VerifyResult) -> None:
+    def _count(self, b: ProposalBatch, res: VerifyResult) -> None:
         if res.redelivered:
             self.ctx.parts.count(redelivered=1)
             return
+        if res.nonfinite:
+            log.warning(
+                "dropped %d pairs with a non-finite VM score (request %s, user %d)",
+                res.nonfinite,
+                b.request_id,
+                b.user_id,
+                extra={"nonfinite_scores": res.nonfinite},
+            )
+            self.ctx.parts.count(nonfinite_scores=res.nonfinite)
         dropped = res.proposed - res.verified
         metrics.VERIFIER_DROPPED.inc(dropped)
         metrics.VERIFIED.inc(res.verified)
