@@ -58,6 +58,7 @@ class VerifierConfig:
 @dataclass(slots=True)
 class VerifierStats:
     scored: int = 0
+    dropped_nonfinite: int = 0  #: pairs whose score (VM, or the ranking key) was NaN or infinite
     kept: int = 0
     dropped_threshold: int = 0
     dropped_rank: int = 0
@@ -122,6 +123,10 @@ class Verifier:
             # the VM score only breaks ties between equally recurrent items, except in vm_x_prior
             key = prior * key if cfg.rank_by == "vm_x_prior" else prior + 1e-6 * key
         order = np.argsort(-key, kind="stable")
+        finite = np.isfinite(key)
+        if not finite.all():  # a broken score (NaN, +inf) must not take a valid pair's slot
+            order = order[finite[order]]
+            self.stats.dropped_nonfinite += len(scores) - len(order)
         if cfg.threshold is not None:
             passing = order[scores[order] >= cfg.threshold]
             self.stats.dropped_threshold += len(order) - len(passing)

@@ -239,7 +239,7 @@ def test_history_is_written_once_per_user_and_batch(monkeypatch: pytest.MonkeyPa
         assert table_data(app, "history")[7] == [[1, 1, T0 + 1], [2, 0, T0 + 2], [3, 1, T0 + 3]]
         assert sent.writes[("history", 7)] == 1
 
-    run(body, monkeypatch)
+    run(body, monkeypatch, agent_batch_max_wait_ms=200)  # one batch even on a busy machine
 
 
 def test_ledger_is_written_once_per_user_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,7 +251,7 @@ def test_ledger_is_written_once_per_user_and_batch(monkeypatch: pytest.MonkeyPat
         assert table_data(app, "ledger")[7]["requests"] == ["r1", "r2"]
         assert sent.writes[("ledger", 7)] == 1
 
-    run(body, monkeypatch)
+    run(body, monkeypatch, agent_batch_max_wait_ms=200)  # one batch even on a busy machine
 
 
 def test_a_failed_event_leaves_its_users_batch_state_as_before(

@@ -92,6 +92,17 @@ def test_verifier_threshold_and_top_k_across_groups() -> None:
     assert v.stats.dropped_threshold == 1 and v.stats.dropped_rank == 2
 
 
+def test_verifier_drops_non_finite_scores_before_ranking() -> None:
+    """A broken VM score (+inf ranks first, NaN anywhere) must not take a valid pair's slot."""
+    v = Verifier(
+        _Scores([0.1, float("inf"), 0.5, float("nan"), 0.7]),
+        VerifierConfig(top_fraction=0.4, rank_by="vm"),
+    )
+    kept = v.verify_many([props(5)])[0]
+    assert [p.item_id for p in kept] == [102, 104]
+    assert v.stats.dropped_nonfinite == 2 and v.stats.kept == 2 and v.stats.dropped_rank == 1
+
+
 def test_embedder_builds_float16_records() -> None:
     fm = FakeFM(dim=8)
     out = Embedder(fm).embed(props(3), [UserHistory.empty()] * 3)

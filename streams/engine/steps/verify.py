@@ -9,10 +9,9 @@ Rules that used to live in the Faust agent (so the simulator did not run them):
   ledger update landed must not embed the same pairs twice;
 - the ledger is returned, not saved: the driver saves it only once the verified batch is
   durably sent, so a crash in between re-verifies instead of skipping;
-- a kept pair whose VM score is not finite (a broken VM output) is dropped and counted
-  (``VerifyResult.nonfinite``), before the ledger records it: its ``verified`` message could not
-  be encoded, and dropping it keeps the request's other pairs. The verifier ranks NaN (and
-  -inf) last, so such a pair never takes the place of a valid one; a +inf score would.
+- a pair whose VM score is not finite (a broken VM output) is dropped by the verifier before
+  ranking (``VerifierStats.dropped_nonfinite``), so it takes no valid pair's place and never
+  reaches the ledger or a ``verified`` message (which could not be encoded).
 
 Many requests are verified with one VM call. Two requests of one user in the same call would
 both miss each other's ledger update, so a user's requests go to successive *rounds*.
@@ -20,9 +19,8 @@ both miss each other's ledger update, so a user's requests go to successive *rou
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.records import PairProposal, ProposalBatch
 from streams.engine.history import Entry, history_before
@@ -61,8 +59,6 @@ class VerifyResult:
     redelivered: bool = False
     proposed: int = 0
     verified: int = 0
-    #: pairs the verifier kept but dropped here for a NaN or infinite VM score
-    nonfinite: int = 0
 
 
 def fresh_filter(
@@ -134,11 +130,7 @@ def verify_requests(
         kept = _verify_groups(verifier, batches, groups)
         for i, ok in kept.items():
             b, led = batches[i], current[batches[i].user_id]
-            finite = [p for p in ok if p.score is None or math.isfinite(p.score)]
-            res = _result(b, groups[i], finite, led, histories, knobs)
-            if len(finite) != len(ok):
-                res = replace(res, nonfinite=len(ok) - len(finite))
-            results[i] = res
+            results[i] = _result(b, groups[i], ok, led, histories, knobs)
     return [r for r in results if r is not None]
 
 

@@ -6,8 +6,8 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiokafka.errors
@@ -90,6 +90,8 @@ class AgentContext:
     tables: dict[str, Any]
     clock: EventClock
     sender: Sender
+    #: deliveries of dead letters sent since the last batch ended (see :meth:`batches`)
+    dead_deliveries: list[Any] = field(default_factory=list)
 
     async def send(self, topic: str, user_id: int, value: Any, event_time_ms: int) -> Any:
         """Send ``value`` (a record) keyed by user; returns the delivery future."""
@@ -97,8 +99,20 @@ class AgentContext:
         return await self.sender.send(topic, user_key(user_id), encoded, event_time_ms)
 
     async def dead(self, dl: DeadLetter) -> None:
-        await self.sender.send("dead-letter", dl.raw_key, self.parts.codec.encode(dl), None)
+        """Send a dead letter; its delivery is awaited before the batch's events are acked."""
+        encoded = self.parts.codec.encode(dl)
+        self.dead_deliveries.append(
+            await self.sender.send("dead-letter", dl.raw_key, encoded, None)
+        )
         self.parts.count(**{f"dead_letters_{dl.reason}": 1})
+
+    async def settle_dead_letters(self) -> None:
+        """Await every dead letter sent so far (a failed delivery raises: an infrastructure
+        error, so the agent restarts and its unacked events are read again)."""
+        while self.dead_deliveries:
+            pending, self.dead_deliveries = self.dead_deliveries, []
+            for delivery in pending:
+                await delivery
 
     async def decoded(self, event: Any, expect: type[T]) -> T | None:
         """The event's record, or None after sending it to the dead-letter topic."""
@@ -151,6 +165,15 @@ class AgentContext:
         s = self.settings
         stream.add_processor(PartitionOrder(self.app).processor(stream))
         wait_ms = s.agent_batch_max_wait_ms if within_ms is None else within_ms
-        return stream.take_events(  # type: ignore[attr-defined]
+        taken = stream.take_events(  # type: ignore[attr-defined]
             size or s.agent_batch_size, within=wait_ms / 1000
         )
+        return self._settled(taken)
+
+    async def _settled(self, batches: AsyncIterator[list[Any]]) -> AsyncIterator[list[Any]]:
+        """``batches``, with the dead letters of each batch delivered before the next one is
+        taken: Faust acks a batch's events when its ``take_events`` resumes, so a crash can no
+        longer lose a dead letter whose event was already committed."""
+        async for events in batches:
+            yield events
+            await self.settle_dead_letters()

@@ -4,8 +4,8 @@ after the batch's deliveries are durable (a crash before re-verifies instead of 
 A message whose verification raises, or whose ``verified`` message cannot be encoded (a data
 fault), is dead-lettered alone (``processing_error``): the batch is verified again one message
 at a time, so the user's later requests do not see the refused one's pairs in the ledger. Pairs
-the VM scored NaN or infinite are dropped by the verify step (see
-:func:`streams.engine.steps.verify.verify_requests`), so the rest of their request goes on.
+the VM scored NaN or infinite are dropped by the verifier before ranking (counted and logged
+here), so the rest of their request goes on.
 Infrastructure errors (``INFRA_ERRORS``) propagate.
 """
 
@@ -38,6 +38,7 @@ class VerifyAgent:
         decoded, state = await self._load(events)
         if not decoded:
             return
+        nonfinite = self._nonfinite()
         try:
             results = await in_pool(MODEL_POOL, self._verify, [b for _, b in decoded], state)
             encoded = self._encode(results)
@@ -45,7 +46,24 @@ class VerifyAgent:
             raise
         except Exception:  # isolate the bad message: verify one by one
             decoded, results, encoded = await self._one_by_one(decoded, state)
+        self._report_nonfinite(self._nonfinite() - nonfinite, decoded)
         await self._send_then_save(decoded, results, encoded)
+
+    def _nonfinite(self) -> int:
+        verifier = self.ctx.parts.stages.verifier
+        return 0 if verifier is None else verifier.stats.dropped_nonfinite
+
+    def _report_nonfinite(self, dropped: int, decoded: Decoded) -> None:
+        """Pairs the verifier dropped for a NaN or infinite VM score: a broken model, loudly."""
+        if dropped:
+            users = sorted({b.user_id for _, b in decoded})[:10]
+            log.warning(
+                "dropped %d pairs with a non-finite VM score (users %s)",
+                dropped,
+                users,
+                extra={"nonfinite_scores": dropped},
+            )
+            self.ctx.parts.count(nonfinite_scores=dropped)
 
     async def _load(self, events: list[Any]) -> tuple[Decoded, UserState]:
         decoded: Decoded = []
@@ -123,15 +141,6 @@ class VerifyAgent:
         if res.redelivered:
             self.ctx.parts.count(redelivered=1)
             return
-        if res.nonfinite:
-            log.warning(
-                "dropped %d pairs with a non-finite VM score (request %s, user %d)",
-                res.nonfinite,
-                b.request_id,
-                b.user_id,
-                extra={"nonfinite_scores": res.nonfinite},
-            )
-            self.ctx.parts.count(nonfinite_scores=res.nonfinite)
         dropped = res.proposed - res.verified
         metrics.VERIFIER_DROPPED.inc(dropped)
         metrics.VERIFIED.inc(res.verified)
