@@ -7,12 +7,19 @@ replay is lockstep (the pipeline drains before each request), so the values in t
 expected to equal the simulator's on the same traffic: the history of every verified pair, every
 exact pair vector and every user aggregate; and the tiers the ranker served (read back from its
 ``scores`` topic) give the simulator's exact and aggregate coverage.
+
+The run and the checks are backend-neutral functions (:func:`lockstep_run`,
+:func:`read_back_values`, :func:`check_values_equal_simulator`,
+:func:`check_served_coverage_equals_simulator`) shared with test_live_aerospike, which cannot
+run without an Aerospike server: here they run on the cluster, and the read-back through the
+``FeatureStore`` protocol (all the Aerospike test can use: its keys cannot be listed) is checked
+against a scan of every master.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,8 @@ from redis.cluster import RedisCluster
 from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import ProposalBatch
+from store.keys import KeyLayout
+from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
 from streams.settings import Settings
 from tests.integration.live_harness import (
@@ -37,11 +46,70 @@ from tests.integration.value_parity import History, PairKey, Values
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LIVE_TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
+#: keys per read-back round trip (a live lookup reads 500 pairs)
+READ_BACK_CHUNK = 500
+#: the ranker's read deadline in these runs (production default: 20 ms)
+PARITY_READ_DEADLINE_MS = 2_000.0
 
 
-def cluster_values(settings: Settings, url: str) -> tuple[Values, Counter[str]]:
-    """Histories from the ``verified`` topic, stored values from every master, and how many of
-    the run's keys each master holds."""
+# --- shared with test_live_aerospike: the run and its checks, for any store backend ----------
+
+
+def parity_settings(bundle: Path, **backend: Any) -> Settings:
+    """Settings of one parity run on a store backend: a fresh prefix, and a read deadline no
+    loaded test machine misses (a missed read serves a lower tier: coverage would differ)."""
+    return fresh_live_settings(bundle, read_deadline_ms=PARITY_READ_DEADLINE_MS, **backend)
+
+
+def backend_env(settings: Settings) -> dict[str, str]:
+    """What the child processes need beyond ``live_harness.env_for`` to use this store."""
+    return {
+        "SOLARIS_STORE_BACKEND": settings.store_backend,
+        "SOLARIS_STORE_URL": settings.store_url,
+        "SOLARIS_AEROSPIKE_HOSTS": settings.aerospike_hosts,
+        "SOLARIS_AEROSPIKE_NAMESPACE": settings.aerospike_namespace,
+        "SOLARIS_READ_DEADLINE_MS": str(settings.read_deadline_ms),
+    }
+
+
+def lockstep_run(settings: Settings, traffic: Path, log_dir: Path) -> dict[str, Any]:
+    """Replay ``traffic`` in lockstep through pipeline + FM worker + ranker child processes on
+    ``settings``' store; what the run produced once they stopped."""
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in backend_env(settings).items():
+            env.setenv(key, value)  # the child processes take their settings from here
+        return _replay(settings, traffic, log_dir)
+
+
+def _replay(settings: Settings, traffic: Path, log_dir: Path) -> dict[str, Any]:
+    from streams.lag import LagReader
+    from streams.live.quality import read_scores
+    from streams.live.report import live_summary
+    from streams.replay import replay_file
+
+    with pipeline(settings, log_dir) as procs:
+        lag = LagReader(settings)
+        topics = [settings.topic(t) for t in LIVE_TOPICS]
+
+        def lockstep() -> None:
+            procs.alive()
+            assert lag.wait_drained(lag.groups(), topics, timeout_s=60), "drain timed out"
+
+        replay = replay_file(settings, traffic, speed=0.0, lockstep=lockstep)
+        wait_drained(settings, procs)
+        lag.close()
+    return {
+        "settings": settings,
+        "traffic": traffic,
+        "replay": replay,
+        "summary": live_summary(settings),  # the shared counters (the ranker's on every backend)
+        "scores": read_scores(settings),
+        "histories": verified_histories(settings),
+    }
+
+
+def verified_histories(settings: Settings) -> dict[PairKey, History]:
+    """The history each verified pair was sent to the FM with (from the ``verified`` topic)."""
     codec = Codec(Limits(max_candidates=settings.max_candidates))
     histories: dict[PairKey, History] = {}
     for _, value in read_topic(settings, settings.topic("verified")):
@@ -49,75 +117,60 @@ def cluster_values(settings: Settings, url: str) -> tuple[Values, Counter[str]]:
         hist = (tuple(b.history_items), tuple(b.history_labels), tuple(b.history_times_ms))
         for item in b.item_ids:
             histories[(b.user_id, item, b.event_time_ms)] = hist
-    client = RedisCluster.from_url(url)
+    return histories
+
+
+def read_back(
+    store: FeatureStore, layout: KeyLayout, pairs: Iterable[tuple[int, int]], users: Iterable[int]
+) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """The stored pair and aggregate values of these keys, read through the ``FeatureStore``
+    protocol (works on every backend) and keyed by the Redis key layout; absent keys left out."""
+    pair_list, user_list = sorted(set(pairs)), sorted(set(users))
+    found_pairs: dict[bytes, bytes] = {}
+    for start in range(0, len(pair_list), READ_BACK_CHUNK):
+        chunk = pair_list[start : start + READ_BACK_CHUNK]
+        got = store.read(ReadBatch(pairs=chunk), timeout_ms=5_000).pairs
+        found_pairs.update(
+            (layout.pair(u, i), v) for (u, i), v in zip(chunk, got, strict=True) if v is not None
+        )
+    found_aggs: dict[bytes, bytes] = {}
+    for start in range(0, len(user_list), READ_BACK_CHUNK):
+        chunk_users = user_list[start : start + READ_BACK_CHUNK]
+        aggs = store.read(ReadBatch(aggregates=chunk_users), timeout_ms=5_000).aggregates
+        found_aggs.update(
+            (layout.aggregate(u), v)
+            for u, v in zip(chunk_users, aggs, strict=True)
+            if v is not None
+        )
+    return found_pairs, found_aggs
+
+
+def read_back_values(run: dict[str, Any]) -> Values:
+    """The run's values read through the configured store: every verified pair, every user of
+    the traffic's aggregate."""
+    from models.data.traffic import read_traffic
+    from streams.stores import store_from_settings
+
+    settings = run["settings"]
+    store = store_from_settings(settings)
     try:
-        keys = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
-        raw = client.mget_nonatomic(keys) if keys else []
-        per_node = Counter(client.get_node_from_key(k).name for k in keys)
+        pairs, aggs = read_back(
+            store,
+            KeyLayout(settings.key_prefix),
+            ((u, i) for u, i, _ in run["histories"]),
+            (e.user_id for e in read_traffic(run["traffic"])),
+        )
     finally:
-        client.close()
-    values: dict[bytes, bytes] = {k: v for k, v in zip(keys, raw, strict=True) if v is not None}
-    return (
-        Values(
-            histories,
-            {k: v for k, v in values.items() if b":p:" in k},
-            {k: v for k, v in values.items() if k.endswith(b":agg")},
-        ),
-        per_node,
-    )
+        store.close()
+    return Values(run["histories"], pairs, aggs)
 
 
-@pytest.fixture(scope="module")
-def cluster_run(
-    traffic: Path, bundle: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    from streams.lag import LagReader
-    from streams.live.quality import read_scores
-    from streams.replay import replay_file
-
-    with local_cluster() as url, pytest.MonkeyPatch.context() as env:
-        # the child processes take their settings from the environment
-        env.setenv("SOLARIS_STORE_BACKEND", "redis-cluster")
-        env.setenv("SOLARIS_STORE_URL", url)
-        settings = fresh_live_settings(bundle, store_backend="redis-cluster", store_url=url)
-        try:
-            with pipeline(settings, tmp_path_factory.mktemp("live-cluster")) as procs:
-                lag = LagReader(settings)
-                topics = [settings.topic(t) for t in LIVE_TOPICS]
-
-                def lockstep() -> None:
-                    procs.alive()
-                    assert lag.wait_drained(lag.groups(), topics, timeout_s=60), "drain timed out"
-
-                replay = replay_file(settings, traffic, speed=0.0, lockstep=lockstep)
-                wait_drained(settings, procs)
-                lag.close()
-            values, per_node = cluster_values(settings, url)
-            from streams.live.report import live_summary
-
-            summary = live_summary(settings)  # the shared counters, on the cluster too
-            yield {
-                "summary": summary,
-                "settings": settings,
-                "traffic": traffic,
-                "replay": replay,
-                "values": values,
-                "per_node": per_node,
-                "scores": read_scores(settings),
-            }
-        finally:
-            delete_prefix(url, settings.key_prefix)
-
-
-def test_cluster_values_equal_simulator(cluster_run: dict[str, Any], bundle: Path) -> None:
+def check_values_equal_simulator(run: dict[str, Any], live: Values, bundle: Path) -> None:
+    """Histories, pair vectors and aggregates of the live run equal the simulator's."""
     from models.data.traffic import read_traffic
     from tests.integration.value_parity import compare_vectors, simulated_for
 
-    settings = cluster_run["settings"]
-    offline = simulated_for(settings, bundle, read_traffic(cluster_run["traffic"]))
-    live = cluster_run["values"]
-    print(f"keys per master: {dict(cluster_run['per_node'])}")
-    assert len(cluster_run["per_node"]) >= 2, "the run's keys did not spread over the masters"
+    offline = simulated_for(run["settings"], bundle, read_traffic(run["traffic"]))
     assert live.histories == offline.histories
     for name, got, want in (
         ("pairs", live.pairs, offline.pairs),
@@ -133,37 +186,103 @@ def test_cluster_values_equal_simulator(cluster_run: dict[str, Any], bundle: Pat
         assert len(want) >= 5
 
 
-def test_ranker_served_the_simulators_exact_and_aggregate_coverage(
-    cluster_run: dict[str, Any], bundle: Path
-) -> None:
-    """The ranker's FeatureReader read the cluster: its served tiers give offline coverage."""
+def check_served_coverage_equals_simulator(run: dict[str, Any], bundle: Path) -> None:
+    """The ranker's FeatureReader read the store: its served tiers give offline coverage, and
+    `solaris coverage` (the shared counters) reports the same shares."""
     from models.data.traffic import read_traffic
+    from streams.live.stats import STATS_BACKENDS
     from streams.models_loader import load_models
     from streams.simulate.config import sim_config_from_settings
     from streams.simulate.run import simulate
 
-    settings = cluster_run["settings"]
+    settings = run["settings"]
     models, _ = load_models(settings, bundle)
     offline = simulate(
-        lambda: read_traffic(cluster_run["traffic"]),
+        lambda: read_traffic(run["traffic"]),
         sim_config_from_settings(settings, models.fm.dim),
         models,
         with_random=False,
     )
-    scores = cluster_run["scores"]
+    missed = (run["summary"]["reader_timeouts"], run["summary"]["reader_store_errors"])
+    assert missed == (0, 0), f"ranker reads missed (timeouts, store errors): {missed}"
+    scores = run["scores"]
     tiers = np.concatenate([s.tiers for s in scores.values()])
-    assert len(scores) == offline["requests"] == cluster_run["replay"].requests
+    assert len(scores) == offline["requests"] == run["replay"].requests
     assert tiers.size == offline["lookups"]
     live = {
         "exact": float(np.mean(tiers == Tier.EXACT)),
         "aggregate": float(np.mean(tiers == Tier.AGGREGATE)),
     }
-    print(f"served on the cluster: {live}; simulator: {offline['coverage']}")
+    print(f"served on {settings.store_backend}: {live}; simulator: {offline['coverage']}")
     assert live["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["aggregate"] == pytest.approx(offline["coverage"]["aggregate"], abs=1e-9)
     assert live["exact"] > 0.05
-    # `solaris coverage` / the demo table read the same shares from the shared counters
-    summary = cluster_run["summary"]
-    assert summary["requests"] == cluster_run["replay"].requests
+    summary = run["summary"]
+    assert summary["requests"] == run["replay"].requests
     assert summary["coverage"]["exact"] == pytest.approx(live["exact"], abs=1e-9)
-    assert summary["fm_pairs"] >= len(cluster_run["values"].pairs) > 0
+    if settings.store_backend in STATS_BACKENDS:  # else the workers keep no shared counters
+        assert summary["fm_pairs"] >= len(run["histories"]) > 0
+
+
+# --- the Redis Cluster run ----------------------------------------------------------------
+
+
+def cluster_values(url: str, run: dict[str, Any]) -> tuple[Values, Counter[str]]:
+    """Every stored value of the run, scanned from every master, and how many of the run's keys
+    each master holds."""
+    settings = run["settings"]
+    client = RedisCluster.from_url(url)
+    try:
+        keys = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+        raw = client.mget_nonatomic(keys) if keys else []
+        per_node = Counter(client.get_node_from_key(k).name for k in keys)
+    finally:
+        client.close()
+    values: dict[bytes, bytes] = {k: v for k, v in zip(keys, raw, strict=True) if v is not None}
+    return (
+        Values(
+            run["histories"],
+            {k: v for k, v in values.items() if b":p:" in k},
+            {k: v for k, v in values.items() if k.endswith(b":agg")},
+        ),
+        per_node,
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster_run(
+    traffic: Path, bundle: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    with local_cluster() as url:
+        settings = parity_settings(bundle, store_backend="redis-cluster", store_url=url)
+        try:
+            run = lockstep_run(settings, traffic, tmp_path_factory.mktemp("live-cluster"))
+            run["values"], run["per_node"] = cluster_values(url, run)
+            run["read_back"] = read_back_values(run)
+            yield run
+        finally:
+            delete_prefix(url, settings.key_prefix)
+
+
+def test_cluster_values_equal_simulator(cluster_run: dict[str, Any], bundle: Path) -> None:
+    print(f"keys per master: {dict(cluster_run['per_node'])}")
+    assert len(cluster_run["per_node"]) >= 2, "the run's keys did not spread over the masters"
+    check_values_equal_simulator(cluster_run, cluster_run["values"], bundle)
+
+
+def test_read_back_through_the_store_finds_every_stored_value(
+    cluster_run: dict[str, Any],
+) -> None:
+    """What test_live_aerospike compares: the protocol read-back of the verified pairs and the
+    traffic's users is exactly what a scan of every master finds."""
+    scanned, read = cluster_run["values"], cluster_run["read_back"]
+    assert read.pairs == scanned.pairs
+    assert read.aggregates == scanned.aggregates
+    assert len(read.pairs) > 0 and len(read.aggregates) > 0
+
+
+def test_ranker_served_the_simulators_exact_and_aggregate_coverage(
+    cluster_run: dict[str, Any], bundle: Path
+) -> None:
+    check_served_coverage_equals_simulator(cluster_run, bundle)
+    assert cluster_run["summary"]["fm_pairs"] >= len(cluster_run["values"].pairs) > 0
