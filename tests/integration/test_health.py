@@ -106,13 +106,6 @@ def watch_readyz(
             continue
         if status == 200:
             return seen, body, procs.log(name)
-        if status == 500 and "unparsed" in body and not seen:
-            # KNOWN DEFECT (streams/live/agents/web.py): in the few ms between Faust's web
-            # server starting and its consumer thread starting, app.consumer.assignment()
-            # raises ConsumerNotStarted and aiohttp answers a plain-text 500. Tolerated only
-            # before the first JSON answer; drop this branch once readyz catches it.
-            time.sleep(0.05)
-            continue
         assert status == 503, (status, body)
         if not seen or seen[-1] != body:
             seen.append(body)

@@ -12,14 +12,28 @@ from streams.live.offload import STORE_POOL, in_pool
 def register_pages(ctx: AgentContext, stateful: bool) -> None:
     app, parts = ctx.app, ctx.parts
 
+    def assigned() -> bool:
+        """False until the consumer has partitions; also in the few ms after the web server
+        starts and before the consumer thread does, when Faust raises ConsumerNotStarted."""
+        try:
+            return bool(app.consumer.assignment())
+        except Exception:  # a probe answers "not ready", never a 500
+            return False
+
+    async def store_reachable() -> bool:
+        try:
+            return bool(await in_pool(STORE_POOL, parts.store.ping))
+        except Exception:
+            return False
+
     @app.page("/readyz")
     async def readyz(web: Any, request: Any) -> Any:
         """Ready: partitions assigned, no rebalance or table recovery, store reachable."""
         checks = {
-            "partitions_assigned": bool(app.consumer.assignment()),
+            "partitions_assigned": assigned(),
             "not_rebalancing": not app.rebalancing,
             "tables_recovered": not stateful or not app.tables.recovery.in_recovery,  # type: ignore[attr-defined]
-            "store_reachable": await in_pool(STORE_POOL, parts.store.ping),
+            "store_reachable": await store_reachable(),
         }
         status, body = readiness(checks)
         return web.json(body, status=status)
