@@ -47,10 +47,23 @@ TrafficEvent = RequestEvent | ImpressionEvent
 
 
 def traffic_schema() -> Any:
-    """The parsed union schema of a traffic file."""
-    return fastavro.parse_schema(
+    """The parsed union schema of a traffic file, its field properties in sorted order.
+
+    ``fastavro.parse_schema`` copies a field's ``doc``/``default``/``aliases`` in the iteration
+    order of a set, i.e. of the process's hash seed, and the writer puts that schema in the
+    file header: the same traffic written by two processes had different bytes, so the traffic
+    cache name and the model-bundle key changed between runs (``simulate`` after ``evaluate``
+    retrained about half the time).
+    """
+    parsed = fastavro.parse_schema(
         [load_schema_json("request_event.avsc"), load_schema_json("impression_event.avsc")]
     )
+    for record in parsed:
+        for f in record["fields"]:
+            ordered = sorted(f.items())  # in place: the parsed schema keeps its identity
+            f.clear()
+            f.update(ordered)
+    return parsed
 
 
 @dataclass(frozen=True, slots=True)
