@@ -1,6 +1,8 @@
 """Nothing lost after a fault: every verified pair stored with its newest time and the vector
 the FM gives for the history its ``verified`` message carried, aggregates equal to the ones
-folded from the run's own ``embeddings``, counts as the simulator's."""
+folded from the run's own ``embeddings``, counts as the simulator's, and no pair verified twice
+(the verify step skips a redelivered request by its ledger: a pair verified again means the
+ledger state was lost; FM redeliveries, pairs *embedded* twice, are not a problem)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ class LossReport:
 
     verified: int = 0  #: distinct (user, item, time) in ``verified``
     verified_duplicates: int = 0  #: extra copies of a pair in ``verified`` (re-verification)
+    #: pairs in ``verified`` more than once: a request verified again, i.e. the ledger state
+    #: that marks it verified was lost (a rebalance or restart that did not recover the table)
+    verified_twice: list[Pair] = field(default_factory=list)
     embedding_duplicates: int = 0  #: extra copies in ``embeddings`` (FM redeliveries)
     missing_in_store: list[tuple[int, int]] = field(default_factory=list)
     stale_in_store: list[tuple[int, int]] = field(default_factory=list)  #: older time than verified
@@ -33,13 +38,20 @@ class LossReport:
     wrong_vectors: list[str] = field(default_factory=list)
     vectors_checked: int = 0  #: stored pair vectors compared with the FM's
     aggregates: int = 0
-    aggregate_mismatch: list[str] = field(default_factory=list)  #: vs the run's own embeddings
+    #: stored aggregates differing from the one folded from the run's own embeddings
+    aggregate_mismatch: list[str] = field(default_factory=list)
+    #: users with an aggregate folded from the run's embeddings but none in the store (lost on a
+    #: Redis restart, evicted at maxmemory, or never written)
+    aggregates_absent: list[int] = field(default_factory=list)
     only_live: list[Pair] = field(default_factory=list)  #: verified, not by the simulator
     only_simulated: list[Pair] = field(default_factory=list)
     #: where the live run lost the requests of ``only_simulated`` (stage → (user, time)):
     #: no ``speculated`` message for the request, or speculated but not verified
     lost_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    aggregate_vs_simulator: list[str] = field(default_factory=list)  #: count / time / key set
+    #: stored aggregates with another count or time than the simulator's, or not the simulator's
+    aggregate_vs_simulator: list[str] = field(default_factory=list)
+    #: aggregate keys the simulator wrote and the store lacks
+    aggregates_absent_vs_simulator: list[str] = field(default_factory=list)
     histories_differing: int = 0  #: pairs embedded with another history than the simulator's
 
     def problems(self) -> list[str]:
@@ -51,7 +63,9 @@ class LossReport:
             "pairs stored with another vector than the FM's on their verified history": (
                 self.wrong_vectors
             ),
+            "pairs verified more than once (lost ledger state)": self.verified_twice,
             "aggregates differing from the run's own embeddings": self.aggregate_mismatch,
+            "users with no aggregate in the store": self.aggregates_absent,
             "pairs verified live but not by the simulator": self.only_live,
             f"pairs verified by the simulator but not live (requests {self.lost_at})": (
                 self.only_simulated
@@ -59,6 +73,7 @@ class LossReport:
             "aggregates differing from the simulator's (count, time, users)": (
                 self.aggregate_vs_simulator
             ),
+            "simulator's aggregates missing in the store": self.aggregates_absent_vs_simulator,
         }
         return [f"{len(v)} {k}, e.g. {v[:3]}" for k, v in checks.items() if v]
 
@@ -171,6 +186,7 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     verified, histories = run.seen, run.histories
     report.verified = len(verified)
     report.verified_duplicates = sum(n - 1 for n in verified.values())
+    report.verified_twice = sorted(k for k, n in verified.items() if n > 1)
     copies, folded = _folded_aggregates(settings)
     report.embedding_duplicates = sum(n - 1 for n in copies.values())
     report.missing_in_embeddings = sorted(set(verified) - set(copies))
@@ -202,7 +218,7 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     for u, want in sorted(folded.items()):
         got = live_aggs.get(u)
         if got is None:
-            report.aggregate_mismatch.append(f"user {u}: no aggregate in the store")
+            report.aggregates_absent.append(u)
         elif (got.count, got.event_time_ms) != (want.count, want.event_time_ms) or not np.allclose(
             got.array(), want.array(), rtol=0, atol=1e-6
         ):
@@ -264,9 +280,11 @@ def _compare_with_simulator(
     )
     live_aggs = {k: v for k, v in stored.items() if k.endswith(b":agg")}
     for key in sorted(live_aggs.keys() | sim.aggregates.keys()):
-        if key not in live_aggs or key not in sim.aggregates:
-            side = "live" if key in live_aggs else "simulator"
-            report.aggregate_vs_simulator.append(f"{key.decode()} only in the {side} run")
+        if key not in live_aggs:
+            report.aggregates_absent_vs_simulator.append(key.decode())
+            continue
+        if key not in sim.aggregates:
+            report.aggregate_vs_simulator.append(f"{key.decode()} only in the live run")
             continue
         a, b = decode_vector(live_aggs[key]), decode_vector(sim.aggregates[key])
         if (a.count, a.event_time_ms) != (b.count, b.event_time_ms):

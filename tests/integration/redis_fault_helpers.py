@@ -3,6 +3,7 @@ whose reads can be sliced by time, and a probe of the machine's wake-up lateness
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 import threading
@@ -144,6 +145,51 @@ class WakeupProbe:
 
     def p99(self) -> float:
         return float(np.percentile(self.late_ms, 99)) if self.late_ms else 0.0
+
+
+#: the keyspace-notification channel of evicted keys, every database
+EVICTED = "__keyevent@*__:evicted"
+
+
+class EvictionLog:
+    """Names of the keys Redis evicts while it runs (keyspace notifications, ``Ee``), so a
+    value absent after a ``maxmemory`` run can be told evicted (named here) from lost.
+
+    Read by a ``redis-cli`` process, not a thread of the test: the subscriber's unread output
+    buffer counts against ``maxmemory`` (each eviction adds a notification to it), so a slow
+    reader eats the cap's headroom. One run with a reader thread (next to the ranker's, at load
+    6) evicted 1571 keys, 708 of 749 pairs, with 37 OOM write retries; with ``redis-cli``,
+    394-526 keys and no retry in 4 runs at load 1-9 (523 with no reader at all)."""
+
+    def __init__(self, rds: RedisInstance, out: Path) -> None:
+        self._rds, self._out = rds, out
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.keys: set[bytes] = set()
+
+    def __enter__(self) -> EvictionLog:
+        client = self._rds.client()
+        client.config_set("notify-keyspace-events", "Ee")
+        client.close()
+        with self._out.open("wb") as out:
+            self._proc = subprocess.Popen(
+                ["redis-cli", "-p", str(self._rds.port), "--csv", "psubscribe", EVICTED],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 10
+        while b'"psubscribe"' not in self._out.read_bytes():  # subscribed before any eviction
+            assert time.monotonic() < deadline, "redis-cli did not subscribe"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.5)  # notifications of the last evictions may still be on the socket
+        assert self._proc is not None
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+        lines = self._out.read_text().splitlines()
+        rows = csv.reader(line for line in lines if line.startswith('"pmessage"'))
+        self.keys = {row[-1].encode() for row in rows}
 
 
 @contextmanager

@@ -113,6 +113,7 @@ def test_fm_worker_kill9_mid_batch_redelivers_and_loses_nothing(
         "embedding_resumed_after_s": resumed_s,
         "drain_after_replay_s": drain_s,
         "verified_pairs": report.verified,
+        "verified_twice": report.verified_duplicates,
         "embedded_twice": report.embedding_duplicates,
         "fm_pairs_counted": int(read_stats(settings)["pipeline"].get("embedded", 0)),
     }
@@ -191,4 +192,4 @@ def test_second_pipeline_worker_joins_and_leaves_mid_replay(
         "embedded_twice": report.embedding_duplicates,
     }
     print_measured("second pipeline worker joins and leaves", measured)
-    report.assert_nothing_lost()
+    report.assert_nothing_lost()  # includes: no pair verified twice (table state recovered)
