@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import numpy as np
@@ -58,8 +58,8 @@ def traffic_schema() -> Any:
     parsed = fastavro.parse_schema(
         [load_schema_json("request_event.avsc"), load_schema_json("impression_event.avsc")]
     )
-    for record in parsed:
-        for f in record["fields"]:
+    for record in cast(list[dict[str, Any]], parsed):
+        for f in cast(list[dict[str, Any]], record["fields"]):
             ordered = sorted(f.items())  # in place: the parsed schema keeps its identity
             f.clear()
             f.update(ordered)
