@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -91,6 +92,7 @@ def create_topics(
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise KafkaUnavailable(f"creating {full} failed: {exc}") from exc
                 results.append(TopicResult(full, False, settings.topic_partitions))
+        _wait_in_metadata(admin, [t.topic for t in to_create], timeout_s)
     return sorted(results, key=lambda r: r.name)
 
 
@@ -173,10 +175,25 @@ def create_changelog_topics(settings: Settings, names: list[str], timeout_s: flo
 
 
 def _wait_in_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Return once the broker's metadata shows every topic with every partition led.
+
+    CreateTopics returns when the controller has the topic; the broker's metadata cache (what
+    clients are told) follows a little later, seconds on a freshly started broker. A Faust
+    worker whose first metadata request came in between was assigned nothing and, with
+    aiokafka refreshing metadata every 5 minutes, idled while its group looked Stable (found by
+    the Prometheus test right after a broker start: every lookup "missing").
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         topics = admin.list_topics(timeout=timeout_s).topics
-        if all(n in topics and topics[n].partitions for n in names):
+        if all(_led(topics.get(n)) for n in names):
             return
         time.sleep(0.1)
     raise KafkaUnavailable(f"topics {names} not in the cluster metadata after {timeout_s:.0f} s")
+
+
+def _led(meta: Any) -> bool:
+    """A topic's metadata lists partitions, each with a leader."""
+    return bool(meta is not None and meta.partitions) and all(
+        p.leader >= 0 for p in meta.partitions.values()
+    )
