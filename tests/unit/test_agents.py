@@ -314,3 +314,18 @@ def test_proposal_counters_match_the_speculated_pairs(monkeypatch: pytest.Monkey
         assert want and {s: after[s] - before.get(s, 0.0) for s in want} == dict(want)
 
     run(body, monkeypatch)
+
+
+def test_pending_counters_are_flushed_when_the_worker_shuts_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 1 s counter timer stops with the app; the last second's counts are published by the
+    shutdown hook (a drained worker stopped right after its last batch used to lose them)."""
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        flushed: list[bool] = []
+        monkeypatch.setattr(parts, "flush_counts", lambda: flushed.append(True))
+        await app.on_before_shutdown.send()
+        assert flushed == [True]
+
+    run(body, monkeypatch)
