@@ -26,17 +26,10 @@ from streams.live.app import ROLES, create_app
 from streams.live.components import Components
 from streams.settings import Settings
 from tests.fakes import FakeFM
-from tests.tls_certs import TlsFiles, make_tls_files, openssl_available
+from tests.tls_certs import TlsFiles
 from tests.unit.test_agents import close_current_loop, close_test_loops
 
 SECRET = "app-s3cret"
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    if not openssl_available():
-        pytest.skip("openssl not found: cannot make test certificates")
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture()

@@ -21,16 +21,9 @@ from streams.kafka_security import (
     librdkafka_security,
 )
 from streams.settings import REPO_ROOT, Settings
-from tests.tls_certs import TlsFiles, make_tls_files, openssl_available
+from tests.tls_certs import TlsFiles
 
 SECRET = "s3cret-Pa55"
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    if not openssl_available():
-        pytest.skip("openssl not found: cannot make test certificates")
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 def sasl_ssl(tls: TlsFiles, **extra: Any) -> Settings:
