@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from store.tiers import TIER_NAMES, Tier
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import UserHistory
 from streams.engine.ranker import SolarisScorer
@@ -81,15 +82,14 @@ class EvalRows:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def score(
+    def predict(
         self, vm: PairScorer, fm: EmbeddingModel, solaris: SolarisScorer, batch: int = 4096
-    ) -> dict[str, dict[str, float]]:
-        """NE/AUC/logloss of vm, fm and vm_solaris (as served) on the collected rows."""
+    ) -> Predictions:
+        """Probabilities of vm, fm (fresh history) and vm_solaris (as served) on every row."""
         n = len(self)
         users, items, times = (
             np.asarray(x, np.int64) for x in (self.users, self.items, self.times)
         )
-        labels = np.asarray(self.labels, np.int8)
         tiers = np.asarray(self.tiers, np.uint8)
         vectors = np.stack(self.vectors) if n else np.zeros((0, self.dim), np.float32)
         p_vm, p_fm, p_sol = (np.zeros(n, np.float32) for _ in range(3))
@@ -99,11 +99,60 @@ class EvalRows:
             _, logits = fm.embed(users[s:e], items[s:e], times[s:e], self.histories[s:e])
             p_fm[s:e] = 1.0 / (1.0 + np.exp(-logits))
             p_sol[s:e] = solaris.score(users[s:e], items[s:e], times[s:e], vectors[s:e], tiers[s:e])
+        return Predictions(np.asarray(self.labels, np.int8), tiers, p_vm, p_fm, p_sol)
+
+    def score(
+        self, vm: PairScorer, fm: EmbeddingModel, solaris: SolarisScorer, batch: int = 4096
+    ) -> dict[str, dict[str, float]]:
+        """NE/AUC/logloss of vm, fm and vm_solaris (as served) on the collected rows."""
+        return self.predict(vm, fm, solaris, batch).metrics()
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """The three models' probabilities on the evaluation rows, with each row's served tier."""
+
+    labels: np.ndarray
+    tiers: np.ndarray
+    vm: np.ndarray
+    fm: np.ndarray
+    solaris: np.ndarray
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """NE/AUC/logloss of each model over all rows."""
         return {
             name: {
-                "logloss": log_loss(labels, p),
-                "ne": normalized_entropy(labels, p),
-                "auc": auc(labels, p),
+                "logloss": log_loss(self.labels, p),
+                "ne": normalized_entropy(self.labels, p),
+                "auc": auc(self.labels, p),
             }
-            for name, p in (("vm", p_vm), ("fm", p_fm), ("vm_solaris_achieved", p_sol))
+            for name, p in (("vm", self.vm), ("fm", self.fm), ("vm_solaris_achieved", self.solaris))
         }
+
+    def transfer_by_tier(self) -> dict[str, dict[str, float]]:
+        """Where the transfer ratio comes from, per served tier.
+
+        NE is log-loss over the base rate's entropy, so the overall transfer ratio is
+        ``(LL_vm - LL_solaris) / (LL_vm - LL_fm)`` and splits exactly into per-tier parts:
+        ``contribution`` = the tier's rows' log-loss gain over the plain VM, weighted by their
+        share, divided by the overall FM gain (contributions sum to the overall ratio).
+        ``transfer_ratio`` is the same ratio within the tier's rows (what that tier keeps of
+        the FM's gain there). Tiers with no rows are left out.
+        """
+        gap = log_loss(self.labels, self.vm) - log_loss(self.labels, self.fm)
+        out: dict[str, dict[str, float]] = {}
+        n = len(self.labels)
+        for tier in Tier:
+            rows = self.tiers == tier
+            k = int(rows.sum())
+            if not k:
+                continue
+            y = self.labels[rows]
+            ll_vm, ll_fm, ll_sol = (log_loss(y, p[rows]) for p in (self.vm, self.fm, self.solaris))
+            local_gap = ll_vm - ll_fm
+            out[TIER_NAMES[tier]] = {
+                "share": k / n,
+                "transfer_ratio": (ll_vm - ll_sol) / local_gap if local_gap else 0.0,
+                "contribution": (k / n) * (ll_vm - ll_sol) / gap if gap else 0.0,
+            }
+        return out

@@ -121,6 +121,14 @@ def markdown_table(report: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v['ne']:.4f}" for k, v in ne.items())
             + f"; transfer ratio at achieved coverage {report['transfer_ratio_at_achieved']:.3f}"
         )
+    if "transfer_by_tier" in report:
+        rows.append(
+            "by served tier (share of test impressions, transfer ratio within, contribution): "
+            + "; ".join(
+                f"{tier} {v['share']:.3f}, {v['transfer_ratio']:.3f}, {v['contribution']:.3f}"
+                for tier, v in report["transfer_by_tier"].items()
+            )
+        )
     if "sweep" in report:
         rows += ["", *sweep_table(report["sweep"])]
     return "\n".join(rows)

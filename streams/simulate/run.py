@@ -116,11 +116,13 @@ def simulate(
         and models.vm is not None
         and models.solaris is not None
     ):
-        ne = achieved.eval.score(models.vm, models.fm, models.solaris)
+        predictions = achieved.eval.predict(models.vm, models.fm, models.solaris)
+        ne = predictions.metrics()
         report["ne"] = ne
         gap = ne["vm"]["ne"] - ne["fm"]["ne"]
         report["transfer_ratio_at_achieved"] = (
             (ne["vm"]["ne"] - ne["vm_solaris_achieved"]["ne"]) / gap if gap else 0.0
         )
+        report["transfer_by_tier"] = predictions.transfer_by_tier()
         report["eval_impressions"] = len(achieved.eval)
     return report
