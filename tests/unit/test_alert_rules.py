@@ -94,6 +94,8 @@ def test_required_alerts_exist_and_each_has_a_unit_test() -> None:
         "SolarisDeadLetters",
         "SolarisStoreWriteErrors",
         "SolarisStoreReadErrors",
+        "SolarisRankerSkippingMessages",
+        "SolarisCorruptStoredValues",
     ):
         assert needed in names
     tests = yaml.safe_load((INFRA / "alerts_test.yml").read_text())["tests"]

@@ -143,8 +143,27 @@ def test_dashboard_has_operator_panels() -> None:
         "solaris_live_ne",  # live quality
         "solaris_speculation_precision",
         "solaris_lookups_total",  # coverage
+        "solaris_reader_corrupt_values_total",  # stored values rejected, not served
+        "solaris_ranker_bad_messages_total",  # undecodable requests/impressions skipped
+        "solaris_ranker_failed_messages_total",  # handling raised, message skipped
     ):
         assert name in used, f"no panel on {name}"
+
+
+def test_ranker_skips_panel_plots_its_three_counters() -> None:
+    """The ranker's silent skips (bad or failed messages, corrupt values) share one panel,
+    bad messages split by topic, so an operator sees what the ranker dropped."""
+    exprs = [e for t, e in dashboard_exprs() if t == "Ranker: skipped messages and corrupt values"]
+    assert exprs, "no panel 'Ranker: skipped messages and corrupt values'"
+    used = set().union(*(metric_names(e) for e in exprs))
+    assert used == {
+        "solaris_reader_corrupt_values_total",
+        "solaris_ranker_bad_messages_total",
+        "solaris_ranker_failed_messages_total",
+    }
+    assert any(
+        "solaris_ranker_bad_messages_total" in e and re.search(r"\bby \(topic\)", e) for e in exprs
+    ), "bad messages not split by topic"
 
 
 def test_panel_ids_unique_and_panels_do_not_overlap() -> None:
