@@ -124,6 +124,8 @@ def create_app(
         tables = {name: app.Table(name, default=None, partitions=P) for name in TABLES}
     clock = EventClock(settings.max_future_ms, ClockRule(settings.event_clock))
     ctx = AgentContext(app, settings, parts, topics, tables, clock, sender_for(settings, topics))
+    for table in tables.values():
+        ctx.record_changelog(table)
     register_agents(ctx, roles, aid)
     if web_port is not None:
         web.register_pages(ctx, bool(roles & STATEFUL))

@@ -142,7 +142,7 @@ def _wrong_vectors(
     return sorted(wrong), checked
 
 
-def _folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]]:
+def folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]]:
     """Copies of each pair in ``embeddings`` and each user's aggregate folded from them (topic
     order per partition = the aggregate agent's order) by the engine's own aggregator."""
     from schemas.codec import Codec
@@ -187,7 +187,7 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     report.verified = len(verified)
     report.verified_duplicates = sum(n - 1 for n in verified.values())
     report.verified_twice = sorted(k for k, n in verified.items() if n > 1)
-    copies, folded = _folded_aggregates(settings)
+    copies, folded = folded_aggregates(settings)
     report.embedding_duplicates = sum(n - 1 for n in copies.values())
     report.missing_in_embeddings = sorted(set(verified) - set(copies))
 

@@ -92,6 +92,8 @@ class AgentContext:
     sender: Sender
     #: deliveries of dead letters sent since the last batch ended (see :meth:`batches`)
     dead_deliveries: list[Any] = field(default_factory=list)
+    #: deliveries of table changelog messages sent since the last batch ended
+    changelog_deliveries: list[Any] = field(default_factory=list)
 
     async def send(self, topic: str, user_id: int, value: Any, event_time_ms: int) -> Any:
         """Send ``value`` (a record) keyed by user; returns the delivery future."""
@@ -111,6 +113,32 @@ class AgentContext:
         error, so the agent restarts and its unacked events are read again)."""
         while self.dead_deliveries:
             pending, self.dead_deliveries = self.dead_deliveries, []
+            for delivery in pending:
+                await delivery
+
+    def record_changelog(self, table: Any) -> None:
+        """Keep the delivery of every changelog message ``table`` sends, for :meth:`batches`.
+
+        Faust sends table updates through a buffer (``send_soon``) and its commit only *tries*
+        to flush it: the buffer's flush gives up after 0.1 s without a send. Under load a
+        commit could so cover a batch whose table updates were still unsent, and a worker
+        killed or rebalanced then left older state to the partition's next owner
+        (``tests/integration/test_changelog_durability.py``).
+        """
+        send = table.send_changelog
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            delivery = send(*args, **kwargs)
+            self.changelog_deliveries.append(delivery)
+            return delivery
+
+        table.send_changelog = recorded
+
+    async def settle_changelog(self) -> None:
+        """Await every recorded changelog message sent so far (a failed one raises, as for
+        dead letters)."""
+        while self.changelog_deliveries:
+            pending, self.changelog_deliveries = self.changelog_deliveries, []
             for delivery in pending:
                 await delivery
 
@@ -171,9 +199,11 @@ class AgentContext:
         return self._settled(taken)
 
     async def _settled(self, batches: AsyncIterator[list[Any]]) -> AsyncIterator[list[Any]]:
-        """``batches``, with the dead letters of each batch delivered before the next one is
-        taken: Faust acks a batch's events when its ``take_events`` resumes, so a crash can no
-        longer lose a dead letter whose event was already committed."""
+        """``batches``, with the dead letters and table updates of each batch delivered before
+        the next one is taken: Faust acks a batch's events when its ``take_events`` resumes,
+        so a crash can no longer lose a dead letter or a table update whose event was already
+        committed."""
         async for events in batches:
             yield events
             await self.settle_dead_letters()
+            await self.settle_changelog()

@@ -1,0 +1,158 @@
+"""A worker killed right after a commit leaves its table state behind for the next owner.
+
+Faust sends table updates to the changelog through a buffer (``send_soon``), and its commit
+only *tries* to flush that buffer: ``ProducerBuffer.flush`` gives up after 0.1 s without a send.
+Under load a commit can therefore cover a batch whose table updates are still unsent; kill the
+worker then and the partition's next owner restores older state. Seen once in the join/leave
+fault test at load 6-11: two users' stored aggregates held 10 and 88 pairs where the run's own
+``embeddings`` fold to 44 and 131.
+
+Here the window is made wide on purpose: the first aggregate worker's buffered sends each take
+0.3 s (a ``sitecustomize`` on the child's ``PYTHONPATH`` wraps Faust's buffer; the code under
+test is unchanged). Embeddings go in, the group commits them all, the worker is killed at once,
+a fresh worker takes over, one more embedding per user goes in, and every user's stored
+aggregate must equal the one folded from the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+USERS = (1, 2, 3, 4, 5, 6, 7, 8)
+ROUNDS = 6
+ITEMS = 4
+T0 = 1_704_067_200_000
+
+SLOW_CHANGELOG = """
+import asyncio
+
+from faust.transport import producer as _producer
+
+_send = _producer.ProducerBuffer._send_pending
+
+
+async def _slow_send(self, fut):
+    await asyncio.sleep({delay})
+    await _send(self, fut)
+
+
+_producer.ProducerBuffer._send_pending = _slow_send
+"""
+
+
+def _embedding(user: int, n: int, version: str, dim: int) -> object:
+    from schemas.records import EmbeddingBatch
+
+    rng = np.random.default_rng(user * 100 + n)
+    items = tuple(range(1000 + n * ITEMS, 1000 + (n + 1) * ITEMS))
+    vectors = rng.standard_normal((ITEMS, dim)).astype(np.float16)
+    t = T0 + n * 60_000
+    return EmbeddingBatch(
+        f"r{user}-{n}", user, t, version, "FLOAT16", dim, items, vectors.astype("<f2").tobytes()
+    )
+
+
+def _produce(settings: object, records: list[object]) -> None:
+    from schemas.codec import Codec
+    from streams.kafka_clients import make_producer
+    from streams.live.agents.context import user_key
+
+    codec, producer = Codec(), make_producer(settings)  # type: ignore[arg-type]
+    for rec in records:
+        producer.produce(
+            settings.topic("embeddings"),  # type: ignore[attr-defined]
+            key=user_key(rec.user_id),  # type: ignore[attr-defined]
+            value=codec.encode(rec),
+        )
+    assert producer.flush(10) == 0
+
+
+def _wait_committed(settings: object, group: str, timeout_s: float = 120) -> None:
+    from streams.lag import LagReader
+
+    reader = LagReader(settings)  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            lags = reader.lag([group], [settings.topic("embeddings")])  # type: ignore[attr-defined]
+            if lags and all(p.lag == 0 for p in lags):
+                return
+            time.sleep(0.02)
+    finally:
+        reader.close()
+    raise TimeoutError(f"{group} did not commit every embedding in {timeout_s:.0f} s")
+
+
+def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
+    bundle: Path, tmp_path: Path
+) -> None:
+    import redis
+
+    from store.keys import KeyLayout
+    from store.values import decode_vector
+    from streams.lag import wait_for_groups
+    from streams.settings import REPO_ROOT
+    from streams.topics import create_topics
+    from tests.integration.fault_harness import FaultProcs
+    from tests.integration.live_harness import fresh_live_settings
+    from tests.integration.nothing_lost import folded_aggregates
+
+    settings = fresh_live_settings(bundle, partitions=2)
+    version = json.loads((bundle / "meta.json").read_text())["model_version"]
+    dim = settings.embedding_dim
+    group = f"{settings.topic_prefix}-pipeline"
+    slow = tmp_path / "slow-changelog"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_CHANGELOG.format(delay=0.3))
+    create_topics(settings)
+    procs = FaultProcs(settings, tmp_path)
+    try:
+        procs.start(
+            "first",
+            "worker",
+            "--agents",
+            "aggregate",
+            env={"SOLARIS_STATE_DIR": str(tmp_path / "first"), "PYTHONPATH": f"{slow}:{REPO_ROOT}"},
+        )
+        wait_for_groups(settings, [group], timeout_s=120)
+        _produce(settings, [_embedding(u, n, version, dim) for n in range(ROUNDS) for u in USERS])
+        _wait_committed(settings, group)
+        procs.kill9("first")  # at once: its buffered changelog sends die with it
+        procs.start(
+            "second",
+            "worker",
+            "--agents",
+            "aggregate",
+            env={"SOLARIS_STATE_DIR": str(tmp_path / "second")},
+        )
+        wait_for_groups(settings, [group], timeout_s=120)
+        _produce(settings, [_embedding(u, ROUNDS, version, dim) for u in USERS])
+        _wait_committed(settings, group)
+        time.sleep(0.5)  # the store write precedes the commit; leave it a moment anyway
+    finally:
+        procs.stop_all()
+    _, folded = folded_aggregates(settings)
+    layout = KeyLayout(settings.key_prefix)
+    client = redis.Redis.from_url(settings.store_url)
+    try:
+        stored = {u: client.get(layout.aggregate(u)) for u in USERS}
+    finally:
+        client.close()
+    want = {u: (folded[u].count, folded[u].event_time_ms) for u in USERS}
+    got = {
+        u: (v.count, v.event_time_ms)
+        if (raw := stored[u]) is not None and (v := decode_vector(raw))
+        else None
+        for u in USERS
+    }
+    assert want == {u: ((ROUNDS + 1) * ITEMS, T0 + ROUNDS * 60_000) for u in USERS}
+    assert got == want, (
+        f"stored (count, time) per user differ from the folded ones: {got} vs {want}"
+    )
