@@ -44,7 +44,11 @@ async def _slow_send(self, fut):
 
 
 _producer.ProducerBuffer._send_pending = _slow_send
+print("{marker}", flush=True)
 """
+#: printed by the child once Faust's buffer is wrapped (a failing ``sitecustomize`` is only
+#: reported by ``site``, and the worker would then run at full speed)
+SLOWED = "test: Faust's buffered sends slowed"
 
 
 def _embedding(user: int, n: int, version: str, dim: int) -> object:
@@ -110,7 +114,7 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     group = f"{settings.topic_prefix}-pipeline"
     slow = tmp_path / "slow-changelog"
     slow.mkdir()
-    (slow / "sitecustomize.py").write_text(SLOW_CHANGELOG.format(delay=0.3))
+    (slow / "sitecustomize.py").write_text(SLOW_CHANGELOG.format(delay=0.3, marker=SLOWED))
     create_topics(settings)
     procs = FaultProcs(settings, tmp_path)
     try:
@@ -122,6 +126,7 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
             env={"SOLARIS_STATE_DIR": str(tmp_path / "first"), "PYTHONPATH": f"{slow}:{REPO_ROOT}"},
         )
         wait_for_groups(settings, [group], timeout_s=120)
+        assert SLOWED in procs.log("first"), "the first worker's sends were not slowed"
         _produce(settings, [_embedding(u, n, version, dim) for n in range(ROUNDS) for u in USERS])
         _wait_committed(settings, group)
         procs.kill9("first")  # at once: its buffered changelog sends die with it
