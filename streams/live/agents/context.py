@@ -108,13 +108,16 @@ class AgentContext:
         )
         self.parts.count(**{f"dead_letters_{dl.reason}": 1})
 
-    async def settle_dead_letters(self) -> None:
-        """Await every dead letter sent so far (a failed delivery raises: an infrastructure
-        error, so the agent restarts and its unacked events are read again)."""
-        while self.dead_deliveries:
-            pending, self.dead_deliveries = self.dead_deliveries, []
-            for delivery in pending:
-                await delivery
+    async def settle(self) -> None:
+        """Await every dead letter and table changelog message sent so far (a failed delivery
+        raises: an infrastructure error, so the agent restarts and its unacked events are read
+        again)."""
+        for pending in (self.dead_deliveries, self.changelog_deliveries):
+            while pending:
+                sent = pending[:]
+                pending.clear()  # in place: senders append to this same list meanwhile
+                for delivery in sent:
+                    await delivery
 
     def record_changelog(self, table: Any) -> None:
         """Keep the delivery of every changelog message ``table`` sends, for :meth:`batches`.
@@ -133,14 +136,6 @@ class AgentContext:
             return delivery
 
         table.send_changelog = recorded
-
-    async def settle_changelog(self) -> None:
-        """Await every recorded changelog message sent so far (a failed one raises, as for
-        dead letters)."""
-        while self.changelog_deliveries:
-            pending, self.changelog_deliveries = self.changelog_deliveries, []
-            for delivery in pending:
-                await delivery
 
     async def decoded(self, event: Any, expect: type[T]) -> T | None:
         """The event's record, or None after sending it to the dead-letter topic."""
@@ -205,5 +200,4 @@ class AgentContext:
         committed."""
         async for events in batches:
             yield events
-            await self.settle_dead_letters()
-            await self.settle_changelog()
+            await self.settle()
