@@ -161,3 +161,6 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     assert got == want, (
         f"stored (count, time) per user differ from the folded ones: {got} vs {want}"
     )
+    for u in USERS:  # and the vectors: the mean over every pair, not only the right count
+        have = decode_vector(stored[u]).array()  # type: ignore[arg-type]
+        assert np.allclose(have, folded[u].array(), rtol=0, atol=1e-6), f"user {u}'s mean differs"
