@@ -43,6 +43,7 @@ TR_MODELS: dict[str, str] = {
     # with a ServedTierSource: the VM trained and evaluated on what the serving engine read
     "solaris_engine": "vm_solaris_engine",
     "solaris_engine_missing": "vm_solaris_engine_missing",
+    "solaris_engine_kd": "vm_solaris_engine_kd",
     "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
 }
 LAGGED_TR = (
@@ -56,7 +57,12 @@ LAGGED_TR = (
 TABLE_TR = ("solaris", "fm_logit", "solaris_aggregate", "solaris_served", "score_served")
 #: Engine-built TRs (no lag of their own: the engine's vectors carry the pipeline's real
 #: staleness); also reported in the serving lag's block, next to the offline served mix.
-ENGINE_TR = ("solaris_engine", "solaris_engine_missing", "solaris_offline_on_engine")
+ENGINE_TR = (
+    "solaris_engine",
+    "solaris_engine_missing",
+    "solaris_offline_on_engine",
+    "solaris_engine_kd",
+)
 
 
 def _public(key: str) -> str:
@@ -180,12 +186,17 @@ def _engine_lines(report: dict[str, Any]) -> list[str]:
         lo, hi = block["transfer_ratio_ci95"][name]
         return f"{_fmt(block['transfer_ratio'][name], 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
 
+    distilled = (  # absent from reports written before the diagnostic existed
+        f"; engine-built and distilled (vm_solaris_engine_kd) {cell('solaris_engine_kd')}"
+        if "solaris_engine_kd" in block["transfer_ratio"]
+        else ""
+    )
     return [
         "",
         f"Served mix at Δ = {lag}: engine-built tiers (vm_solaris_engine) "
         f"{cell('solaris_engine')}, offline construction {cell('solaris_served')}, "
         f"exact tier {cell('solaris')}; engine-built with every input missing "
-        f"{cell('solaris_engine_missing')}.",
+        f"{cell('solaris_engine_missing')}{distilled}.",
     ]
 
 

@@ -44,6 +44,8 @@ VM_SOLARIS_KD = VariantSpec("vm_solaris_kd", embedding=True, kd=True)
 VM_SCORE_TIERS = VariantSpec("vm_score_tiers", embedding=True)
 #: vm_solaris trained on the tiers and vectors the serving engine actually read (ServedTierSource)
 VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
+#: the same, also distilled from the FM's soft labels: both channels together (a diagnostic)
+VM_SOLARIS_ENGINE_KD = VariantSpec("vm_solaris_engine_kd", embedding=True, kd=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
 
@@ -280,6 +282,8 @@ def run_seed(
         probs["vm_solaris_engine_missing"] = predict_vm(
             m, VM_SOLARIS_ENGINE, test, np.full(n_test, TIER_MISSING, np.int64)
         )
+        m_kd = fit(VM_SOLARIS_ENGINE_KD, "vm_solaris_engine_kd", data, family_key="vm_solaris_kd@0")
+        probs["vm_solaris_engine_kd"] = predict_vm(m_kd, VM_SOLARIS_ENGINE_KD, test, None)
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(
             vms["vm_solaris"], VM_SOLARIS, test, None

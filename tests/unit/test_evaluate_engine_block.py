@@ -32,6 +32,7 @@ def _run(seed: int, y: np.ndarray) -> SeedRun:
         "vm_solaris_engine": noisy(0.5),
         "vm_solaris_engine_missing": noisy(0.1),
         "vm_solaris_offline_on_engine": noisy(0.3),
+        "vm_solaris_engine_kd": noisy(0.55),
     }
     split = TimeSplit(*(np.zeros(0, np.int64),) * 4, np.arange(N), (0, 1, 2, 3))  # type: ignore[arg-type]
     shares = {lag_name(lag): 0.5 for lag in LAGS}
@@ -47,7 +48,12 @@ def test_engine_trs_sit_in_the_serving_lag_block_only() -> None:
     cfg = TrainConfig(seeds=2, lags_ms=LAGS, serving_lag_ms=600_000, bootstrap_replicates=50)
     report = evaluate_runs("toy", imps, [_run(0, y), _run(1, y)], cfg)
     block = report["lagged"]["10m"]
-    for name in ("solaris_engine", "solaris_engine_missing", "solaris_offline_on_engine"):
+    for name in (
+        "solaris_engine",
+        "solaris_engine_missing",
+        "solaris_offline_on_engine",
+        "solaris_engine_kd",
+    ):
         assert block["transfer_ratio"][name] == report["transfer_ratio"][name]
         lo, hi = block["transfer_ratio_ci95"][name]
         assert lo <= hi
@@ -55,3 +61,4 @@ def test_engine_trs_sit_in_the_serving_lag_block_only() -> None:
     assert "solaris_engine" not in report["lagged"]["1m"]["transfer_ratio"]
     table = markdown(report)
     assert "Served mix at Δ = 10m: engine-built tiers" in table
+    assert "engine-built and distilled (vm_solaris_engine_kd)" in table
