@@ -14,6 +14,7 @@ import numpy as np
 
 from schemas.records import RequestEvent
 from store.reader import FeatureReader
+from store.tiers import Tier
 
 
 class SolarisScorer(Protocol):
@@ -41,6 +42,21 @@ class RankResult:
     tiers: np.ndarray  #: uint8 [n]
     ages_ms: np.ndarray  #: int64 [n]
     read_ms: float  #: wall time of the lookup
+    #: the lookup hit store trouble (timeout, store error, internal error) and served missing
+    read_failed: bool = False
+
+
+def needs_baseline(result: RankResult) -> bool:
+    """Serve the plain VM instead of ``vm_solaris``: the read failed and nothing was served.
+
+    A store outage makes every candidate "missing" at once, a state ``vm_solaris`` sees only
+    for brand-new users; the plain VM is the ranker the system had before and is never worse
+    than itself. A request that is all missing on a healthy read keeps ``vm_solaris`` (that is
+    what it was trained and evaluated on, and what the simulator serves).
+    """
+    return (
+        result.read_failed and len(result.tiers) > 0 and bool(np.all(result.tiers == Tier.MISSING))
+    )
 
 
 def rank(
@@ -51,11 +67,13 @@ def rank(
 ) -> RankResult:
     """Look up the request's candidates and score them (if ``scorer``)."""
     items = np.asarray(request.candidates, np.int64)
+    troubles = _troubles(reader)
     start = time.perf_counter()
     vectors, tiers, ages = reader.lookup(
         request.user_id, request.candidates, request.event_time_ms, deadline_ms
     )
     read_ms = (time.perf_counter() - start) * 1000.0
+    read_failed = _troubles(reader) > troubles
     scores = np.zeros(0, np.float32)
     if scorer is not None and len(items):
         n = len(items)
@@ -67,5 +85,19 @@ def rank(
             tiers,
         )
     return RankResult(
-        request.request_id, request.user_id, items, scores, vectors, tiers, ages, read_ms
+        request.request_id,
+        request.user_id,
+        items,
+        scores,
+        vectors,
+        tiers,
+        ages,
+        read_ms,
+        read_failed,
     )
+
+
+def _troubles(reader: FeatureReader) -> int:
+    """The reader's count of lookups that hit trouble (it never raises; it counts)."""
+    st = reader.stats
+    return st.timeouts + st.store_errors + st.internal_errors

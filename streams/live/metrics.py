@@ -77,6 +77,10 @@ RANKER_FAILED_MESSAGES = Counter(
     "solaris_ranker_failed_messages_total",
     "Messages whose handling raised in the ranker (logged and skipped; the ranker kept going).",
 )
+RANKER_BASELINE_FALLBACKS = Counter(
+    "solaris_ranker_baseline_fallbacks_total",
+    "Requests served the plain VM's scores because their feature read failed and served nothing.",
+)
 #: event-time ages from seconds (exact pairs of the last request) to days (neighbour aggregates)
 AGE_BUCKETS = (1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800)
 SERVED_AGE = Histogram(

@@ -46,6 +46,8 @@ class ServedScores:
     served: np.ndarray  #: float32 [n]: vm_solaris probabilities as served
     vm: np.ndarray  #: float32 [n]: the plain VM's probabilities
     tiers: np.ndarray  #: uint8 [n]: the tier each served embedding came from
+    #: the read failed and the plain VM's scores were served (``needs_baseline``)
+    fallback: bool = False
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> ServedScores:
@@ -57,6 +59,7 @@ class ServedScores:
             np.asarray(body["scores"], np.float32),
             np.asarray(body.get("vm_scores", ()), np.float32),
             np.asarray(body.get("tiers", ()), np.uint8),
+            bool(body.get("baseline_fallback", False)),
         )
 
 
@@ -73,6 +76,8 @@ class JoinedRows:
     tiers: np.ndarray  #: uint8 [n]
     histories: list[UserHistory]  #: the user's history strictly before the request
     unjoined: int  #: impressions whose request or item was not scored
+    #: bool [n]: the row's request was served the plain VM (its read failed); None = none was
+    fallback: np.ndarray | None = None
 
 
 def join(
@@ -80,7 +85,7 @@ def join(
 ) -> JoinedRows:
     """Join ``impressions`` (event-time order) to ``scored`` by request id and item."""
     book = HistoryBook(capacity=2 * history_len)
-    cols: dict[str, list[Any]] = {k: [] for k in ("u", "i", "t", "y", "s", "v", "k", "h")}
+    cols: dict[str, list[Any]] = {k: [] for k in ("u", "i", "t", "y", "s", "v", "k", "h", "f")}
     unjoined = 0
     for imp in impressions:
         book.add(imp.user_id, imp.item_id, imp.label, imp.event_time_ms)
@@ -97,6 +102,7 @@ def join(
         cols["v"].append(req.vm[j])
         cols["k"].append(req.tiers[j])
         cols["h"].append(book.before(imp.user_id, req.event_time_ms, history_len))
+        cols["f"].append(req.fallback)
     return JoinedRows(
         np.asarray(cols["u"], np.int64),
         np.asarray(cols["i"], np.int64),
@@ -107,6 +113,7 @@ def join(
         np.asarray(cols["k"], np.uint8),
         cols["h"],
         unjoined,
+        np.asarray(cols["f"], bool),
     )
 
 

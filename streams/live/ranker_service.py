@@ -37,7 +37,7 @@ from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
-from streams.engine.ranker import SolarisScorer, rank
+from streams.engine.ranker import SolarisScorer, needs_baseline, rank
 from streams.engine.verifier import PairScorer
 from streams.kafka_clients import make_consumer, make_producer
 from streams.live import metrics
@@ -90,6 +90,8 @@ class RankerService:
         self._assigned = 0  #: partitions held now (set by the rebalance callbacks)
         #: messages whose handling raised (logged and skipped)
         self.failed = 0
+        #: requests served the plain VM because their feature read failed (store outage)
+        self.baseline_fallbacks = 0
         self.stats = LiveStats(settings, "ranker")
         #: publishes (stats hash, precision gauge) run on their own thread: a frozen Redis
         #: must not hold up requests (each publish may wait out a 1–2 s socket timeout)
@@ -200,7 +202,12 @@ class RankerService:
             return
         result = rank(request, self.reader, self.scorer)
         vm_scores = self._vm_scores(request, result.item_ids)
-        self.quality.on_scored(request.request_id, result.item_ids, result.scores, vm_scores)
+        fallback = needs_baseline(result) and len(vm_scores) == len(result.item_ids)
+        served = vm_scores if fallback else result.scores
+        if fallback:
+            self.baseline_fallbacks += 1
+            metrics.RANKER_BASELINE_FALLBACKS.inc()
+        self.quality.on_scored(request.request_id, result.item_ids, served, vm_scores)
         self.requests += 1
         self.read_ms.append(result.read_ms)
         self.coverage.add(result.tiers)
@@ -216,9 +223,10 @@ class RankerService:
                 "user_id": request.user_id,
                 "event_time_ms": request.event_time_ms,
                 "items": result.item_ids.tolist(),
-                "scores": result.scores.tolist(),
+                "scores": served.tolist(),
                 "vm_scores": vm_scores.tolist(),
                 "tiers": result.tiers.tolist(),
+                "baseline_fallback": fallback,
             }
             producer.produce(
                 self.settings.topic("scores"),
@@ -299,6 +307,7 @@ class RankerService:
                 "bad_requests": self.bad,
                 "bad_impressions": self.bad_impressions,
                 "failed_messages": self.failed,
+                "baseline_fallbacks": self.baseline_fallbacks,
                 "reader_internal_errors": st.internal_errors,
                 "corrupt_values": st.corrupt_values,
                 "ignored_snapshots": self.ignored_snapshots,

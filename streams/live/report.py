@@ -37,6 +37,8 @@ def live_summary(settings: Settings) -> dict[str, Any]:
         "read_ms": {"p50": rk.get("read_ms_p50", 0.0), "p99": rk.get("read_ms_p99", 0.0)},
         "reader_timeouts": int(rk.get("timeouts", 0.0)),
         "reader_store_errors": int(rk.get("store_errors", 0.0)),
+        # requests served the plain VM because their read failed (see needs_baseline)
+        "baseline_fallbacks": int(rk.get("baseline_fallbacks", 0.0)),
         # running NE in the ranker (impressions joined as they arrive; see QualityMeter)
         "running_ne": {
             k.removeprefix("live_ne_"): v for k, v in rk.items() if k.startswith("live_ne_")

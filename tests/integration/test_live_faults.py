@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -26,6 +27,7 @@ from schemas.records import ProposalBatch
 from store.keys import KeyLayout
 from store.protocol import ReadBatch
 from store.redis_store import RedisStore
+from store.tiers import Tier
 from store.values import decode_vector
 from streams.settings import Settings
 from tests.conftest import require_kafka_and_redis
@@ -187,6 +189,15 @@ def test_redis_outage_ranker_answers_and_writers_lose_nothing(
     assert summary["requests"] == len(requests)  # the ranker answered every request
     assert summary["reader_timeouts"] + summary["reader_store_errors"] > 0  # and saw the outage
     assert summary["coverage"]["missing"] > 0
+    # requests whose read failed were served the plain VM's scores, and only those
+    bodies = [json.loads(v) for _, v in read_topic(settings, settings.topic("scores")) if v]
+    fell_back = [b for b in bodies if b["baseline_fallback"]]
+    assert fell_back and summary["baseline_fallbacks"] >= len({b["request_id"] for b in fell_back})
+    for b in fell_back:
+        assert b["scores"] == b["vm_scores"] and set(b["tiers"]) == {int(Tier.MISSING)}
+    served = [b for b in bodies if not b["baseline_fallback"] and b["scores"]]
+    print(f"{len(fell_back)} of {len(bodies)} requests served the plain VM after a failed read")
+    assert served and any(b["scores"] != b["vm_scores"] for b in served)
     assert "store write failed; retrying" in pipeline_log
     pairs = verified_pairs(settings)
     assert pairs and missing_pairs(settings, pairs) == []

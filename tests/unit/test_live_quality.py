@@ -45,6 +45,26 @@ def test_join_matches_request_and_item_and_cuts_history_before_the_request() -> 
     assert [h.items.tolist() for h in rows.histories] == [[5], [5]]
 
 
+def test_a_plain_vm_fallback_is_marked_on_its_joined_rows() -> None:
+    """Rows whose request was served the plain VM (failed read) say so; older messages
+    without the flag read as not fallen back."""
+    body = {
+        "request_id": "r1",
+        "user_id": 7,
+        "event_time_ms": T0,
+        "items": [10],
+        "scores": [0.4],
+        "vm_scores": [0.4],
+        "tiers": [4],
+    }
+    old = ServedScores.from_json(body)
+    fell = ServedScores.from_json(body | {"baseline_fallback": True})
+    imps = [ImpressionEvent("r1", 7, 10, T0, 0, 1), ImpressionEvent("r2", 7, 10, T0, 0, 0)]
+    rows = join({"r1": fell, "r2": old}, imps, history_len=4)
+    assert old.fallback is False and fell.fallback is True
+    assert rows.fallback is not None and rows.fallback.tolist() == [True, False]
+
+
 def test_served_scores_survive_json_exactly() -> None:
     value = float(np.float32(0.123456789))
     s = scored(1, T0, [3], [value])

@@ -4,6 +4,7 @@ stats publishes are captured instead of written to Redis."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from store.errors import StoreError, StoreTimeout, StoreUnavailable
 from store.memory import InMemoryStore
 from store.protocol import ReadBatch, ReadResult
 from store.reader import FeatureReader, ReaderConfig
+from store.tiers import Tier
+from streams.engine.ranker import RankResult, needs_baseline
 from streams.live import ranker_service
 from streams.live.ranker_service import RankerOptions, RankerService
 from streams.settings import Settings
@@ -109,7 +112,9 @@ class Scorer:
         return np.full(len(user_ids), 0.5, np.float32)
 
 
-def make_service(store: InMemoryStore | None = None, scorer: Scorer | None = None) -> RankerService:
+def make_service(
+    store: InMemoryStore | None = None, scorer: Scorer | None = None, vm: Any = None
+) -> RankerService:
     if store is None:  # (an empty store is falsy: it has a __len__)
         store = InMemoryStore(clock_ms=lambda: T0)
     reader = FeatureReader(store, ReaderConfig(dim=DIM))
@@ -120,7 +125,7 @@ def make_service(store: InMemoryStore | None = None, scorer: Scorer | None = Non
         scorer or Scorer(),  # type: ignore[arg-type]
         None,
         options,
-        vm=Scorer(),  # type: ignore[arg-type]
+        vm=vm or Scorer(),
     )
     service._publisher = CapturedStats()  # type: ignore[assignment]
     return service
@@ -250,3 +255,69 @@ def test_corrupt_values_reach_prometheus_and_the_stats_hash() -> None:
     assert sample("solaris_reader_corrupt_values_total") == before + 1
     service._publish()
     assert published(service)["corrupt_values"] == 1
+
+
+class ConstantVM:
+    """The plain VM stand-in: a score no ``vm_solaris`` stand-in gives."""
+
+    def score(self, user_ids: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+        return np.full(len(user_ids), 0.2, np.float32)
+
+
+class RecordingProducer:
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def produce(self, topic: str, key: bytes, value: bytes, timestamp: int) -> None:
+        self.bodies.append(json.loads(value))
+
+
+@pytest.mark.parametrize("error", [StoreTimeout("deadline"), StoreUnavailable("refused")])
+def test_a_failed_read_is_served_the_plain_vm(
+    error: StoreError, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service(FailingStore(error), vm=ConstantVM())
+    producer = RecordingProducer()
+    seen: list[np.ndarray] = []  # what the live-quality join is told was served
+    on_scored = service.quality.on_scored
+    monkeypatch.setattr(
+        service.quality,
+        "on_scored",
+        lambda r, i, served, vm: seen.append(served) or on_scored(r, i, served, vm),
+    )
+    before = sample("solaris_ranker_baseline_fallbacks_total")
+    service._handle(request(1), producer)  # type: ignore[arg-type]
+    body = producer.bodies[-1]
+    assert body["baseline_fallback"] is True
+    assert body["scores"] == pytest.approx([0.2, 0.2, 0.2]) == body["vm_scores"]
+    assert sample("solaris_ranker_baseline_fallbacks_total") == before + 1
+    assert seen[0] == pytest.approx([0.2, 0.2, 0.2])
+    service._publish()
+    assert published(service)["baseline_fallbacks"] == 1
+
+
+def test_all_missing_on_a_healthy_read_keeps_vm_solaris() -> None:
+    """A new user (nothing stored) is what vm_solaris was trained on: no fallback."""
+    service = make_service(vm=ConstantVM())
+    producer = RecordingProducer()
+    service._handle(request(1), producer)  # type: ignore[arg-type]
+    body = producer.bodies[-1]
+    assert body["tiers"] == [Tier.MISSING] * 3 and body["baseline_fallback"] is False
+    assert body["scores"] == pytest.approx([0.5, 0.5, 0.5])
+    assert service.baseline_fallbacks == 0
+
+
+def test_needs_baseline_only_when_the_read_failed_and_served_nothing() -> None:
+    def result(tiers: list[int], failed: bool) -> RankResult:
+        n = len(tiers)
+        z = np.zeros(n, np.float32)
+        t = np.asarray(tiers, np.uint8)
+        return RankResult(
+            "r", 7, np.arange(n), z, np.zeros((n, DIM)), t, z.astype(np.int64), 1.0, failed
+        )
+
+    missing, exact = int(Tier.MISSING), int(Tier.EXACT)
+    assert needs_baseline(result([missing, missing], failed=True))
+    assert not needs_baseline(result([exact, missing], failed=True))  # a late round 2 kept round 1
+    assert not needs_baseline(result([missing, missing], failed=False))
+    assert not needs_baseline(result([], failed=True))
