@@ -67,7 +67,8 @@ def coverage_table(
         "read latency p50 / p99", f"{s['read_ms']['p50']:.2f} / {s['read_ms']['p99']:.2f} ms"
     )
     table.add_row(
-        "reader timeouts / store errors", f"{s['reader_timeouts']} / {s['reader_store_errors']}"
+        "read timeouts / errors / VM fallbacks",
+        f"{s['reader_timeouts']} / {s['reader_store_errors']} / {s.get('baseline_fallbacks', 0)}",
     )
     if max_lag is not None:
         table.add_row("max consumer lag", str(max_lag))

@@ -40,6 +40,7 @@ SUMMARY_KEYS = {
     "read_ms",
     "reader_timeouts",
     "reader_store_errors",
+    "baseline_fallbacks",
     "running_ne",
 }
 
@@ -61,7 +62,15 @@ def seeded_stats(test_settings: Settings, redis_url: str) -> Iterator[Settings]:
     ranker, pipeline = LiveStats(test_settings, "ranker"), LiveStats(test_settings, "pipeline")
     lookups = dict.fromkeys(TIER_NAMES, 0)
     lookups.update(exact=6, aggregate=2, missing=2)  # 10 lookups, 60 % exact
-    ranker.add({"requests": 10, "served_distinct": 3, "timeouts": 1, "store_errors": 0})
+    ranker.add(
+        {
+            "requests": 10,
+            "served_distinct": 3,
+            "timeouts": 1,
+            "store_errors": 0,
+            "baseline_fallbacks": 1,
+        }
+    )
     ranker.add({f"lookups_{tier}": n for tier, n in lookups.items()})
     ranker.set({"read_ms_p50": 0.5, "read_ms_p99": 2.25, "live_ne_vm": 0.75})
     pipeline.add({"embedded": 12, "dead_letters_bad_record": 2})
@@ -91,10 +100,12 @@ def test_coverage_json_is_the_shared_stats_summary(seeded_stats: Settings) -> No
     assert body["dead_letters"] == {"bad_record": 2}
     assert body["read_ms"] == {"p50": 0.5, "p99": 2.25}
     assert (body["reader_timeouts"], body["reader_store_errors"]) == (1, 0)
+    assert body["baseline_fallbacks"] == 1
     assert body["running_ne"] == {"vm": 0.75}
     table = runner.invoke(app, ["coverage"], env=cli_env(seeded_stats))
     assert table.exit_code == 0, table.output
     assert "10 / 10" in table.stdout and "0.600" in table.stdout
+    assert "1 / 0 / 1" in table.stdout  # read timeouts / errors / plain-VM fallbacks
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
 
 
