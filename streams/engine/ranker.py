@@ -50,8 +50,8 @@ def needs_baseline(result: RankResult) -> bool:
     """Serve the plain VM instead of ``vm_solaris``: the read failed and nothing was served.
 
     A store outage makes every candidate "missing" at once, a state ``vm_solaris`` sees only
-    for brand-new users; the plain VM is the ranker the system had before and is never worse
-    than itself. A request that is all missing on a healthy read keeps ``vm_solaris`` (that is
+    for brand-new users and may score worse than the plain VM (the ranker the system had
+    before). A request that is all missing on a healthy read keeps ``vm_solaris`` (that is
     what it was trained and evaluated on, and what the simulator serves).
     """
     return (
