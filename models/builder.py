@@ -17,7 +17,7 @@ import numpy as np
 
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.evaluate import evaluate_runs
-from models.experiment import Impressions, SeedRun, run_seed
+from models.experiment import Impressions, SeedRun, run_seed, verifier_vm
 from models.export import OPSET, export_fm, export_vm
 from models.runtime import TIER_NAMES
 from models.served import ServedTierSource
@@ -104,7 +104,8 @@ def write_bundle(
         "dataset": dataset,
     }
     export_fm(run.fm, cfg.history_len, out_dir / "fm.onnx", props)
-    export_vm(run.vms["vm"], "vm", out_dir / "vm.onnx", props)
+    # vm.onnx is the verifier: id-only, also when the ranking VMs read user features
+    export_vm(verifier_vm(run.vms), "vm", out_dir / "vm.onnx", props)
     engine_trained = "vm_solaris_engine" in run.vms
     shipped = run.vms["vm_solaris_engine" if engine_trained else "vm_solaris"]
     export_vm(shipped, "vm_solaris", out_dir / "vm_solaris.onnx", props)
@@ -131,6 +132,8 @@ def write_bundle(
         # what the shipped vm_solaris learned from: the serving engine's reads, or the offline
         # construction (models.offline_tiers)
         "vm_solaris_trained_on": "engine" if engine_trained else "offline",
+        # vm_solaris reads the streaming user features (models.user_features) from histories
+        "vm_user_features": cfg.vm_user_features,
         "engine_coverage": run.engine_coverage,
         "opset": OPSET,
         "code_version": CODE_VERSION,

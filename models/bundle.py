@@ -111,8 +111,8 @@ def load_bundle(
         return s
 
     fm = FMRunner(session("fm.onnx"), fm_items, meta.history_len, meta.model_version, meta.dim)
-    vm = VMRunner(session("vm.onnx"), users, items)
-    solaris = SolarisRunner(session("vm_solaris.onnx"), users, items, meta.dim)
+    vm = VMRunner(session("vm.onnx"), users, items, meta.history_len)
+    solaris = SolarisRunner(session("vm_solaris.onnx"), users, items, meta.dim, meta.history_len)
     return ModelBundle(root, meta, fm, vm, solaris)
 
 

@@ -98,8 +98,16 @@ class TrainConfig:
     # Never 0: id dropout is also what trains the OOV slot (unseen test users/items map there).
     vm_id_dropouts: tuple[float, ...] = (0.1, 0.3)
     # Soft-label KD: loss = (1 − w)·BCE(y, σ(z)) + w·T²·BCE(σ(z_fm/T), σ(z/T)).
-    kd_weight: float = 0.5
+    kd_weight: float = 0.5  # the KD diagnostics' (vm_solaris_kd, ...) fixed point
     kd_temperature: float = 1.0
+    # vm_kd is tuned on its own grid of weight × temperature, at the optimiser point the plain
+    # vm won: as many points as vm_solaris's grid (issue 22: KD gets the same budget).
+    kd_weights: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+    kd_temperatures: tuple[float, ...] = (1.0, 2.0)
+    # The fair VM (issue 22): every ranking VM also reads the cheap streaming user features of
+    # models.user_features; ``vm_id_only`` (user id, item id, context) is reported next to it.
+    # Off by default until the live ranker reads those features (the verifier stays id-only).
+    vm_user_features: bool = False
     # Tier mix of the *offline* tier construction (exact, aggregate, neighbour_item,
     # neighbour_aggregate, missing): paper ≈ 40–50 % exact, 85–90 % with aggregates; §7
     # measured 0.36/0.70 (MovieLens) and 0.26/0.36 (Taobao). A tier that has no value for a pair
@@ -121,6 +129,7 @@ class TrainConfig:
         base: dict[str, Any] = {
             "embedding_dim": int(settings.embedding_dim),
             "history_len": int(settings.history_len),
+            "vm_user_features": bool(getattr(settings, "vm_user_features", False)),
         }
         base.update(overrides)
         return cls(**base)
@@ -145,3 +154,5 @@ class GridPoint:
     weight_decay: float
     id_dropout: float
     epochs: int = field(default=0, compare=False)  # best epoch found on the validation slice
+    kd_weight: float | None = None  # None: TrainConfig.kd_weight (KD variants only)
+    kd_temperature: float | None = None  # None: TrainConfig.kd_temperature

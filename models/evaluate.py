@@ -27,7 +27,13 @@ import numpy as np
 
 from models.config import TrainConfig, lag_name
 from models.experiment import Impressions, SeedRun
-from models.metrics import summary, transfer_ratio, user_bootstrap
+from models.metrics import (
+    BootstrapResult,
+    headroom_closure,
+    summary,
+    transfer_ratio,
+    user_bootstrap,
+)
 
 #: TR name → model key at lag ``{lag}``; top-level models are the ``@0`` keys.
 TR_MODELS: dict[str, str] = {
@@ -63,6 +69,92 @@ ENGINE_TR = (
     "solaris_offline_on_engine",
     "solaris_engine_kd",
 )
+
+
+#: TRs reported a second time against the id-only VM when the ranking VMs are fair
+VS_ID_ONLY_TR = ("kd", "solaris", "solaris_engine")
+
+
+def served_model(keys: Sequence[str], cfg: TrainConfig) -> tuple[str, str]:
+    """The model that stands for "what the ranker serves" and how it was built: the
+    engine-built mix (the tiers the serving engine achieved) when trained, else the offline
+    served mix at the serving lag."""
+    if "vm_solaris_engine" in keys:
+        return "vm_solaris_engine", "engine-built tiers at the coverage the serving engine achieved"
+    lag = lag_name(cfg.serving_lag_ms)
+    return f"vm_solaris_served@{lag}", f"offline tier construction at Δ = {lag}"
+
+
+def _beats_kd(
+    stats: dict[str, dict[str, Any]],
+    boot: BootstrapResult,
+    served: tuple[str, str],
+    n_seeds: int,
+) -> dict[str, Any]:
+    """Issue 22's bar: headroom closure h of the served mix over tuned KD, with the paired
+    user-bootstrap interval of NE(kd) − NE(served) (same resamples for both models)."""
+    key, how = served
+    fm, vm, kd, sv = stats["fm"], stats["vm"], stats["vm_kd"], stats[key]
+    tr_kd = transfer_ratio(vm["ne"], kd["ne"], fm["ne"])
+    tr_served = transfer_ratio(vm["ne"], sv["ne"], fm["ne"])
+    per_seed = []
+    for s in range(n_seeds):
+        ne = {m: stats[m]["per_seed"][s]["ne"] for m in ("vm", "fm", "vm_kd", key)}
+        per_seed.append(
+            headroom_closure(
+                transfer_ratio(ne["vm"], ne[key], ne["fm"]),
+                transfer_ratio(ne["vm"], ne["vm_kd"], ne["fm"]),
+            )
+        )
+    diff_ci = boot.diff_interval.get("kd_minus_served", (float("nan"), float("nan")))
+    return {
+        "served_model": key,
+        "served_is": how,
+        "tr_served": tr_served,
+        "tr_kd": tr_kd,
+        "headroom_closure": headroom_closure(tr_served, tr_kd),
+        "headroom_closure_ci95": list(boot.headroom_interval.get("served", (float("nan"),) * 2)),
+        "headroom_closure_per_seed": per_seed,
+        "ne_kd_minus_served": kd["ne"] - sv["ne"],
+        "ne_kd_minus_served_ci95": list(diff_ci),
+        "fm_gain_within_noise": bool(boot.gap_interval[0] <= 0.0),
+        "bootstrap": "paired: one set of resampled test users for every model",
+    }
+
+
+def _vs_id_only(
+    users: np.ndarray,
+    y: np.ndarray,
+    probs: dict[str, list[np.ndarray]],
+    stats: dict[str, dict[str, Any]],
+    cfg: TrainConfig,
+) -> dict[str, Any]:
+    """Key transfer ratios against the id-only VM (the baseline before issue 22)."""
+    pairs = {
+        name: TR_MODELS[name].format(lag="0")
+        for name in VS_ID_ONLY_TR
+        if TR_MODELS[name].format(lag="0") in probs
+    }
+    lag = lag_name(cfg.serving_lag_ms)
+    pairs["solaris_served"] = f"vm_solaris_served@{lag}"
+    boot = user_bootstrap(
+        users, y, probs, pairs, vm="vm_id_only", replicates=cfg.bootstrap_replicates
+    )
+    base, fm = stats["vm_id_only"], stats["fm"]
+    return {
+        "baseline": "vm_id_only",
+        "transfer_ratio": {
+            name: transfer_ratio(base["ne"], stats[model]["ne"], fm["ne"])
+            for name, model in pairs.items()
+            if model in stats
+        },
+        "transfer_ratio_ci95": {k: list(v) for k, v in boot.tr_interval.items()},
+        "fm_vm_gap": {"ne": base["ne"] - fm["ne"], "ci95": list(boot.gap_interval)},
+        "fair_vm_gain": {
+            "ne": base["ne"] - stats["vm"]["ne"],
+            "note": "NE(vm_id_only) − NE(vm): what the streaming user features alone give",
+        },
+    }
 
 
 def _public(key: str) -> str:
@@ -124,7 +216,16 @@ def evaluate_runs(
         for name in TR_MODELS
         for lag in cfg.lags_ms
     }
-    boot = user_bootstrap(users, y, probs, tr_pairs, replicates=cfg.bootstrap_replicates)
+    served = served_model(keys, cfg)
+    boot = user_bootstrap(
+        users,
+        y,
+        probs,
+        tr_pairs,
+        replicates=cfg.bootstrap_replicates,
+        diff_pairs={"kd_minus_served": ("vm_kd", served[0])},
+        headroom_pairs={"served": (served[0], "vm_kd")},
+    )
     for k in keys:
         stats[k]["ne_ci95"] = list(boot.ne_interval[k])
     top = _tr_block(list(TR_MODELS), "0", stats, boot.tr_interval, len(runs))
@@ -143,7 +244,12 @@ def evaluate_runs(
         "fm_per_seed": [r.seconds["fm"] for r in runs],
         "total": float(sum(r.seconds["total"] for r in runs)),
     }
+    extra: dict[str, Any] = {"beats_kd": _beats_kd(stats, boot, served, len(runs))}
+    if "vm_id_only" in stats:
+        extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     return {
+        **extra,
+        "vm_baseline": "fair (streaming user features)" if cfg.vm_user_features else "id-only",
         "dataset": dataset,
         "seeds": len(runs),
         "models": {_public(k): dict(stats[k]) for k in keys if "@" not in k or k.endswith("@0")},

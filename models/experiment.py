@@ -31,12 +31,24 @@ from models.runtime import TIER_AGGREGATE, TIER_MISSING
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
 from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
-from models.train_vm import FMHead, VariantSpec, VMData, predict_vm, sample_tiers, tune_vm
+from models.train_vm import (
+    FMHead,
+    VariantSpec,
+    VMData,
+    kd_grid,
+    predict_vm,
+    sample_tiers,
+    tune_vm,
+)
+from models.user_features import user_stream_inputs
 from models.vm import VerticalModel
 
 log = logging.getLogger(__name__)
 
 VM = VariantSpec("vm")
+#: the id-only VM (user id, item id, context): the verifier, and the weak baseline reported next
+#: to the fair ``vm`` when ``TrainConfig.vm_user_features`` is on
+VM_ID_ONLY = VariantSpec("vm_id_only")
 VM_KD = VariantSpec("vm_kd", kd=True)
 VM_FM_LOGIT = VariantSpec("vm_fm_logit", fm_logit=True)
 VM_SOLARIS = VariantSpec("vm_solaris", embedding=True)
@@ -108,6 +120,11 @@ class _LagViews:
     available: np.ndarray  # bool [M, 3]
 
 
+def verifier_vm(vms: Mapping[str, VerticalModel]) -> VerticalModel:
+    """The VM the verify step runs: id-only (``vm_id_only`` when the ranking VMs are fair)."""
+    return vms.get("vm_id_only", vms["vm"])
+
+
 def _fm_vocab(items: np.ndarray) -> Vocab:
     uniq, counts = np.unique(items, return_counts=True)
     return Vocab(uniq[counts >= 2])
@@ -173,6 +190,15 @@ def run_seed(
         bc.label,
         teacher_logit=teacher,
     )
+    if cfg.vm_user_features:  # the same history the FM reads, cut at the event time itself
+        feats = user_stream_inputs(
+            item_vocab, bc.item, bc.time_ms, index.gather(bc.user, bc.time_ms, cfg.history_len)
+        )
+        base = replace(base, user_stats=feats["user_stats"], recent_pos=feats["recent_pos"])
+
+    def fair(spec: VariantSpec) -> VariantSpec:
+        return replace(spec, user_features=cfg.vm_user_features)
+
     tuned = dict(tuned or {})
     head = FMHead.of(fm)
     vms: dict[str, VerticalModel] = {}
@@ -183,13 +209,15 @@ def run_seed(
         data: VMData,
         fm_head: FMHead | None = None,
         family_key: str | None = None,
+        candidates: list[GridPoint] | None = None,
     ) -> VerticalModel:
         t0 = time.perf_counter()
         # A lagged variant reuses the learning rate / weight decay / id dropout its Δ = 0
         # sibling won on the grid (same model, same data, older inputs) and re-picks only
         # the epoch count: the grid costs 8 fits, this 1.
         family = tuned.get(family_key or key.split("@")[0] + "@0")
-        candidates = [replace(family, epochs=0)] if family is not None else None
+        if family is not None and candidates is None:
+            candidates = [replace(family, epochs=0)]
         model, gp = tune_vm(
             spec,
             cfg,
@@ -208,9 +236,17 @@ def run_seed(
         return model
 
     test = base.take(np.arange(len(bc))[sl_te])
-    for spec in (VM, VM_KD):
-        vms[spec.name] = fit(spec, spec.name, base)
-        probs[spec.name] = predict_vm(vms[spec.name], spec, test, None)
+    vm_spec = fair(VM)
+    vms["vm"] = fit(vm_spec, "vm", base)
+    probs["vm"] = predict_vm(vms["vm"], vm_spec, test, None)
+    if cfg.vm_user_features:
+        vms["vm_id_only"] = fit(VM_ID_ONLY, "vm_id_only", base)
+        probs["vm_id_only"] = predict_vm(vms["vm_id_only"], VM_ID_ONLY, test, None)
+    # KD gets vm_solaris's budget: its own grid of weight × temperature (same size), at the
+    # optimiser point the plain vm won
+    kd_spec = fair(VM_KD)
+    vms["vm_kd"] = fit(kd_spec, "vm_kd", base, candidates=kd_grid(cfg, tuned["vm"]))
+    probs["vm_kd"] = predict_vm(vms["vm_kd"], kd_spec, test, None)
 
     aggregate_share: dict[str, float] = {}
     n_test = len(test)
@@ -223,8 +259,9 @@ def run_seed(
             tier_available=view.available,
         )
         test = data.take(np.arange(len(bc))[sl_te])
-        m = fit(VM_FM_LOGIT, f"vm_fm_logit@{name}", data)
-        probs[f"vm_fm_logit@{name}"] = predict_vm(m, VM_FM_LOGIT, test, None)
+        logit_spec = fair(VM_FM_LOGIT)
+        m = fit(logit_spec, f"vm_fm_logit@{name}", data)
+        probs[f"vm_fm_logit@{name}"] = predict_vm(m, logit_spec, test, None)
         exact = np.zeros(n_test, np.int64)
         has_agg = view.available[sl_te, 1]
         aggregate_share[name] = float(np.mean(has_agg))
@@ -233,13 +270,14 @@ def run_seed(
             np.random.default_rng(SERVED_SEED), view.available[sl_te], cfg.tier_rates
         )
         specs = [VM_SOLARIS, VM_SOLARIS_KD] if lag == 0 else [VM_SOLARIS]
-        for spec in specs:
+        for plain in specs:
+            spec = fair(plain)
             key = f"{spec.name}@{name}"
             m = fit(spec, key, data)
-            if lag == cfg.serving_lag_ms and spec is VM_SOLARIS:
+            if lag == cfg.serving_lag_ms and plain is VM_SOLARIS:
                 vms["vm_solaris"] = m
             probs[key] = predict_vm(m, spec, test, exact)
-            if spec is VM_SOLARIS:
+            if plain is VM_SOLARIS:
                 agg_tier = np.where(has_agg, TIER_AGGREGATE, TIER_MISSING).astype(np.int64)
                 probs[f"vm_solaris_aggregate@{name}"] = predict_vm(m, spec, test, agg_tier)
                 probs[f"vm_solaris_missing@{name}"] = predict_vm(
@@ -248,16 +286,23 @@ def run_seed(
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
         # Score transfer through the same tiered store: a 1-d "embedding" = the FM's logit.
         scores = replace(data, tier_embeddings=view.score_tiers)
-        m = fit(VM_SCORE_TIERS, f"vm_score_tiers@{name}", scores, IDENTITY_HEAD)
+        score_spec = fair(VM_SCORE_TIERS)
+        m = fit(score_spec, f"vm_score_tiers@{name}", scores, IDENTITY_HEAD)
         s_test = scores.take(np.arange(len(bc))[sl_te])
-        probs[f"vm_score_tiers@{name}"] = predict_vm(m, VM_SCORE_TIERS, s_test, exact)
-        probs[f"vm_score_tiers_served@{name}"] = predict_vm(m, VM_SCORE_TIERS, s_test, served)
+        probs[f"vm_score_tiers@{name}"] = predict_vm(m, score_spec, s_test, exact)
+        probs[f"vm_score_tiers_served@{name}"] = predict_vm(m, score_spec, s_test, served)
     if "vm_solaris" not in vms:
         raise ValueError(f"serving_lag_ms {cfg.serving_lag_ms} is not in lags_ms {cfg.lags_ms}")
     engine_coverage: dict[str, float] = {}
     if engine_tiers is not None:
-        trained = TrainedModels(
-            fm, fm_vocab, vms["vm"], user_vocab, item_vocab, cfg.history_len, cfg.embedding_dim
+        trained = TrainedModels(  # the verifier: the id-only VM (it has no user features)
+            fm,
+            fm_vocab,
+            verifier_vm(vms),
+            user_vocab,
+            item_vocab,
+            cfg.history_len,
+            cfg.embedding_dim,
         )
         t0 = time.perf_counter()
         got = engine_tiers(trained, split, RowKeys(bc.user, bc.item, bc.time_ms, bc.label))
@@ -275,18 +320,19 @@ def run_seed(
             served_tier=got.tier.astype(np.int64),
             served_embedding=got.vector.astype(np.float32),
         )
-        m = fit(VM_SOLARIS_ENGINE, "vm_solaris_engine", data, family_key="vm_solaris@0")
+        engine_spec, engine_kd_spec = fair(VM_SOLARIS_ENGINE), fair(VM_SOLARIS_ENGINE_KD)
+        m = fit(engine_spec, "vm_solaris_engine", data, family_key="vm_solaris@0")
         vms["vm_solaris_engine"] = m
         test = data.take(np.arange(len(bc))[sl_te])
-        probs["vm_solaris_engine"] = predict_vm(m, VM_SOLARIS_ENGINE, test, None)
+        probs["vm_solaris_engine"] = predict_vm(m, engine_spec, test, None)
         probs["vm_solaris_engine_missing"] = predict_vm(
-            m, VM_SOLARIS_ENGINE, test, np.full(n_test, TIER_MISSING, np.int64)
+            m, engine_spec, test, np.full(n_test, TIER_MISSING, np.int64)
         )
-        m_kd = fit(VM_SOLARIS_ENGINE_KD, "vm_solaris_engine_kd", data, family_key="vm_solaris_kd@0")
-        probs["vm_solaris_engine_kd"] = predict_vm(m_kd, VM_SOLARIS_ENGINE_KD, test, None)
+        m_kd = fit(engine_kd_spec, "vm_solaris_engine_kd", data, family_key="vm_solaris_kd@0")
+        probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(
-            vms["vm_solaris"], VM_SOLARIS, test, None
+            vms["vm_solaris"], fair(VM_SOLARIS), test, None
         )
     seconds["total"] = time.perf_counter() - clock
     return SeedRun(

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from models.fm import FM_INPUTS, FM_OUTPUTS, FoundationModel
+from models.user_features import N_USER_STATS, RECENT_K
 from models.vm import VerticalModel
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,17 @@ log = logging.getLogger(__name__)
 OPSET = 18
 VM_INPUTS = ("user", "item", "context")
 SOLARIS_INPUTS = (*VM_INPUTS, "embedding", "tier")
+USER_FEATURE_INPUTS = ("user_stats", "recent_pos")  # the fair VM's (models.user_features)
+
+
+def vm_input_names(vm: VerticalModel) -> tuple[str, ...]:
+    """The ONNX inputs of ``vm``, in graph order."""
+    names: tuple[str, ...] = VM_INPUTS
+    if vm.user_features:
+        names = (*names, *USER_FEATURE_INPUTS)
+    if vm.embedding_dim:
+        names = (*names, "embedding", "tier")
+    return names
 
 
 class ExportError(RuntimeError):
@@ -43,7 +55,7 @@ class _VMProb(nn.Module):
         self.vm = vm
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        names = SOLARIS_INPUTS if self.vm.embedding_dim else VM_INPUTS
+        names = vm_input_names(self.vm)
         return torch.sigmoid(self.vm(**dict(zip(names, args, strict=True))))
 
 
@@ -104,10 +116,15 @@ def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]
         torch.ones(b, dtype=torch.int64),
         torch.zeros(b, 2, dtype=torch.int64),
     )
-    names: tuple[str, ...] = VM_INPUTS
     if vm.fm_logit_input:
         raise ExportError("vm_fm_logit is an offline baseline; it is not exported")
+    if vm.user_features:
+        example = (
+            *example,
+            torch.zeros(b, N_USER_STATS),
+            torch.zeros(b, RECENT_K, dtype=torch.int64),
+        )
     if vm.embedding_dim:
         example = (*example, torch.zeros(b, vm.embedding_dim), torch.zeros(b, dtype=torch.int64))
-        names = SOLARIS_INPUTS
+    names = vm_input_names(vm)
     return _export(_VMProb(vm), example, names, ("prob",), path, {"model_name": name, **metadata})

@@ -15,7 +15,7 @@ intervals come from a bootstrap that resamples *users*, not rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,6 +68,14 @@ def transfer_ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:
     return (ne_vm - ne_x) / gap
 
 
+def headroom_closure(tr_served: float, tr_kd: float) -> float:
+    """h = (TR_served − TR_kd) / (1 − TR_kd): the share of what soft-label KD leaves on the table
+    that SOLARIS recovers (design §4); NaN when KD already keeps all of the FM's gain."""
+    if not np.isfinite(tr_served) or not np.isfinite(tr_kd) or abs(1.0 - tr_kd) < 1e-12:
+        return float("nan")
+    return (tr_served - tr_kd) / (1.0 - tr_kd)
+
+
 def summary(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
     """``{"logloss", "ne", "auc"}`` of one prediction vector."""
     return {
@@ -85,6 +93,10 @@ class BootstrapResult:
     tr_interval: dict[str, tuple[float, float]]
     gap_interval: tuple[float, float]  # NE_vm − NE_fm
     replicates: int
+    #: paired: NE(a) − NE(b) per replicate, same resampled users for both (``diff_pairs``)
+    diff_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: headroom closure h per replicate (``headroom_pairs``: name → (served model, kd model))
+    headroom_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def user_bootstrap(
@@ -96,6 +108,8 @@ def user_bootstrap(
     fm: str = "fm",
     replicates: int = 1000,
     seed: int = 0,
+    diff_pairs: Mapping[str, tuple[str, str]] | None = None,
+    headroom_pairs: Mapping[str, tuple[str, str]] | None = None,
 ) -> BootstrapResult:
     """Resample users with replacement; per replicate compute each model's NE averaged over seeds.
 
@@ -133,14 +147,23 @@ def user_bootstrap(
 
     gap = ne[vm] - ne[fm]
     safe_gap = np.where(np.abs(gap) < 1e-12, np.nan, gap)
-    tr = {
-        key: interval((ne[vm] - ne[model]) / safe_gap)
-        for key, model in tr_pairs.items()
-        if model in ne
+    tr_of = {key: (ne[vm] - ne[model]) / safe_gap for key, model in tr_pairs.items() if model in ne}
+    diffs = {
+        key: interval(ne[a] - ne[b])
+        for key, (a, b) in (diff_pairs or {}).items()
+        if a in ne and b in ne
     }
+    headroom = {}
+    for key, (served, kd) in (headroom_pairs or {}).items():
+        if served in ne and kd in ne:
+            tr_s, tr_k = (ne[vm] - ne[served]) / safe_gap, (ne[vm] - ne[kd]) / safe_gap
+            rest = np.where(np.abs(1.0 - tr_k) < 1e-12, np.nan, 1.0 - tr_k)
+            headroom[key] = interval((tr_s - tr_k) / rest)
     return BootstrapResult(
         ne_interval={name: interval(v) for name, v in ne.items()},
-        tr_interval=tr,
+        tr_interval={key: interval(v) for key, v in tr_of.items()},
         gap_interval=interval(gap),
         replicates=replicates,
+        diff_interval=diffs,
+        headroom_interval=headroom,
     )

@@ -30,6 +30,7 @@ from models.errors import InferenceError, InputError
 from models.features import Vocab, vm_inputs
 from models.features import cut_histories as cut_histories  # re-exported: serving's FM inputs
 from models.features import fm_batch_inputs as fm_batch_inputs
+from models.user_features import user_stream_inputs
 
 log = logging.getLogger(__name__)
 
@@ -303,30 +304,55 @@ class FMRunner:
 
 
 class VMRunner:
-    """The baseline VM (the ``verify`` agent): ``score`` → probabilities float32 [B]."""
+    """A VM without FM inputs (the ``verify`` agent's, or a baseline): ``score`` → float32 [B].
 
-    def __init__(self, session: OnnxSession, user_vocab: Vocab, item_vocab: Vocab) -> None:
+    A *fair* VM (``user_features``: its graph has a ``user_stats`` input) also reads the
+    users' streaming features, computed here from their histories with the training code
+    (``models.user_features``); ``history_len`` is how much history it was trained on.
+    """
+
+    def __init__(
+        self, session: OnnxSession, user_vocab: Vocab, item_vocab: Vocab, history_len: int = 0
+    ) -> None:
         self.session = session
         self.user_vocab = user_vocab
         self.item_vocab = item_vocab
+        self.history_len = history_len
+        self.user_features = "user_stats" in session.input_names
+        if self.user_features and history_len <= 0:
+            raise InputError(f"{session.path.name} reads user features: give its history_len")
 
     def _base(
-        self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory] | None = None,
     ) -> dict[str, np.ndarray]:
         users = _ids("user_ids", user_ids)
         b = users.shape[0]
-        return vm_inputs(
-            self.user_vocab,
-            self.item_vocab,
-            users,
-            _ids("item_ids", item_ids, b),
-            _ids("event_time_ms", event_time_ms, b),
-        )
+        items = _ids("item_ids", item_ids, b)
+        times = _ids("event_time_ms", event_time_ms, b)
+        inputs = vm_inputs(self.user_vocab, self.item_vocab, users, items, times)
+        if not self.user_features:
+            return inputs
+        if histories is None or len(histories) != b:
+            got = "none" if histories is None else len(histories)
+            raise InputError(
+                f"{self.session.path.name} reads user stream features: pass one history per "
+                f"row ({b} rows, got {got})"
+            )
+        raw = cut_histories(histories, times, self.history_len)
+        return {**inputs, **user_stream_inputs(self.item_vocab, items, times, raw)}
 
     def score(
-        self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[UserHistory] | None = None,
     ) -> np.ndarray:
-        inputs = self._base(user_ids, item_ids, event_time_ms)
+        inputs = self._base(user_ids, item_ids, event_time_ms, histories)
         if inputs["user"].shape[0] == 0:
             return np.zeros(0, np.float32)
         return self.session.run(inputs)["prob"].astype(np.float32, copy=False)
@@ -339,9 +365,14 @@ class SolarisRunner(VMRunner):
     """
 
     def __init__(
-        self, session: OnnxSession, user_vocab: Vocab, item_vocab: Vocab, dim: int
+        self,
+        session: OnnxSession,
+        user_vocab: Vocab,
+        item_vocab: Vocab,
+        dim: int,
+        history_len: int = 0,
     ) -> None:
-        super().__init__(session, user_vocab, item_vocab)
+        super().__init__(session, user_vocab, item_vocab, history_len)
         self.dim = dim
 
     def score(  # type: ignore[override]
@@ -351,8 +382,9 @@ class SolarisRunner(VMRunner):
         event_time_ms: np.ndarray,
         embeddings: np.ndarray,
         tiers: np.ndarray,
+        histories: Sequence[UserHistory] | None = None,
     ) -> np.ndarray:
-        inputs = self._base(user_ids, item_ids, event_time_ms)
+        inputs = self._base(user_ids, item_ids, event_time_ms, histories)
         b = inputs["user"].shape[0]
         emb = np.asarray(embeddings, dtype=np.float32)
         if emb.shape != (b, self.dim):

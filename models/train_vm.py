@@ -33,6 +33,7 @@ class VariantSpec:
     fm_logit: bool = False
     embedding: bool = False
     kd: bool = False
+    user_features: bool = False  # the fair VM's streaming user features (models.user_features)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class VMData:
     #: set, embedding variants learn from these instead of tiers sampled from the offline views
     served_tier: np.ndarray | None = None
     served_embedding: np.ndarray | None = None
+    #: the fair VM's inputs (models.user_features): float32 [N, F] and int64 [N, k]
+    user_stats: np.ndarray | None = None
+    recent_pos: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> VMData:
         def sub(a: np.ndarray | None) -> np.ndarray | None:
@@ -80,6 +84,8 @@ class VMData:
             sub(self.tier_available),
             sub(self.served_tier),
             sub(self.served_embedding),
+            sub(self.user_stats),
+            sub(self.recent_pos),
         )
 
     def __len__(self) -> int:
@@ -119,6 +125,11 @@ def vm_tensors(spec: VariantSpec, data: VMData, tier: np.ndarray | None) -> dict
         "item": torch.from_numpy(data.item),
         "context": torch.from_numpy(data.context),
     }
+    if spec.user_features:
+        if data.user_stats is None or data.recent_pos is None:
+            raise ValueError(f"{spec.name} needs user features")
+        out["user_stats"] = torch.from_numpy(data.user_stats)
+        out["recent_pos"] = torch.from_numpy(data.recent_pos)
     if spec.fm_logit:
         if data.fm_logit is None:
             raise ValueError(f"{spec.name} needs fm_logit")
@@ -165,6 +176,7 @@ def build_vm(
         else 0,
         gp.id_dropout,
         cfg.vm_emb_proj_dim,
+        spec.user_features,
     )
     logit_stats = None
     if spec.fm_logit and train.fm_logit is not None:
@@ -213,10 +225,11 @@ def fit_vm(
     opt = torch.optim.Adam(model.parameters(), lr=gp.lr, weight_decay=gp.weight_decay)
     y = torch.from_numpy(train.label.astype(np.float32))
     teacher = None
+    kd_weight, kd_temp = kd_point(cfg, gp)
     if spec.kd:
         if train.teacher_logit is None:
             raise ValueError(f"{spec.name} needs teacher logits")
-        teacher = torch.sigmoid(torch.from_numpy(train.teacher_logit) / cfg.kd_temperature)
+        teacher = torch.sigmoid(torch.from_numpy(train.teacher_logit) / kd_temp)
     valid_tier = (
         _training_tiers(spec, valid, np.random.default_rng(seed + 2), cfg)
         if valid is not None
@@ -225,7 +238,7 @@ def fit_vm(
     n_epochs = cfg.vm_epochs if valid is not None else max(gp.epochs, 1)
     best, best_epoch, best_state, bad = float("inf"), 1, copy.deepcopy(model.state_dict()), 0
     loss_fn = bce()
-    t_sq = cfg.kd_temperature**2
+    t_sq = kd_temp**2
     for epoch in range(n_epochs):
         model.train()
         inputs = vm_tensors(spec, train, _training_tiers(spec, train, rng, cfg))
@@ -238,10 +251,8 @@ def fit_vm(
             z = model(**{k: v[b] for k, v in inputs.items()})
             loss = loss_fn(z, y[b])
             if teacher is not None:
-                soft = nn.functional.binary_cross_entropy_with_logits(
-                    z / cfg.kd_temperature, teacher[b]
-                )
-                loss = (1 - cfg.kd_weight) * loss + cfg.kd_weight * t_sq * soft
+                soft = nn.functional.binary_cross_entropy_with_logits(z / kd_temp, teacher[b])
+                loss = (1 - kd_weight) * loss + kd_weight * t_sq * soft
             if spec.embedding:
                 loss = loss + _extreme_tier_loss(model, cfg, exact_inputs, inputs, b, y[b])
             opt.zero_grad()
@@ -288,6 +299,22 @@ def _extreme_tier_loss(
         batch["tier"] = torch.full_like(batch["tier"], TIER_MISSING)
         loss = loss + cfg.vm_missing_weight * loss_fn(model(**batch), y)
     return loss
+
+
+def kd_point(cfg: TrainConfig, gp: GridPoint) -> tuple[float, float]:
+    """(weight, temperature) of the soft-label loss at ``gp`` (the config's when unset)."""
+    weight = cfg.kd_weight if gp.kd_weight is None else gp.kd_weight
+    temperature = cfg.kd_temperature if gp.kd_temperature is None else gp.kd_temperature
+    return weight, temperature
+
+
+def kd_grid(cfg: TrainConfig, base: GridPoint) -> list[GridPoint]:
+    """``vm_kd``'s grid: every KD weight × temperature at ``base``'s optimiser settings."""
+    return [
+        replace(base, epochs=0, kd_weight=w, kd_temperature=t)
+        for w in cfg.kd_weights
+        for t in cfg.kd_temperatures
+    ]
 
 
 def grid(cfg: TrainConfig) -> list[GridPoint]:
@@ -340,4 +367,6 @@ def _concat(a: VMData, b: VMData) -> VMData:
         cat(a.tier_available, b.tier_available),
         cat(a.served_tier, b.served_tier),
         cat(a.served_embedding, b.served_embedding),
+        cat(a.user_stats, b.user_stats),
+        cat(a.recent_pos, b.recent_pos),
     )

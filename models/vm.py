@@ -12,6 +12,11 @@ variant             inputs                                                loss
 ``vm_solaris_kd``   same as ``vm_solaris``                                BCE + KD
 ==================  ====================================================  ==================
 
+With ``user_features`` (the *fair* VM of issue 22, ``TrainConfig.vm_user_features``) every
+variant also reads the cheap streaming user features of ``models.user_features``: a few
+history statistics and the mean of its own item embeddings over the user's last engaged items,
+plus that vector's dot product with the candidate's. ``vm_id_only`` is the variant without them.
+
 Unseen ids map to the OOV slot (``models.features.OOV``); training replaces ids by OOV with
 probability ``id_dropout`` so that slot is trained for the test period's new users and items.
 Embedding inputs are standardised with the training set's statistics (buffers, so ONNX carries
@@ -25,6 +30,7 @@ from torch import nn
 
 from models.features import N_HOURS, N_WEEKDAYS, OOV
 from models.runtime import N_TIERS, TIER_MISSING  # the served tier codes (one-hot width)
+from models.user_features import N_USER_STATS
 
 
 class VerticalModel(nn.Module):
@@ -46,9 +52,11 @@ class VerticalModel(nn.Module):
         embedding_dim: int = 0,
         id_dropout: float = 0.0,
         emb_proj_dim: int = 32,
+        user_features: bool = False,
     ) -> None:
         super().__init__()
         self.id_dropout = id_dropout
+        self.user_features = user_features
         self.fm_logit_input = fm_logit_input
         self.embedding_dim = embedding_dim
         self.user = nn.Embedding(n_users, id_dim)
@@ -62,6 +70,8 @@ class VerticalModel(nn.Module):
         nn.init.zeros_(self.user_bias.weight)
         nn.init.zeros_(self.item_bias.weight)
         n_in = 2 * id_dim + 8
+        if user_features:  # stats + pooled recent engaged items + its dot with the candidate
+            n_in += N_USER_STATS + id_dim + 1
         if fm_logit_input:
             n_in += 1
             self.register_buffer("logit_stats", torch.tensor([0.0, 1.0]))
@@ -116,16 +126,23 @@ class VerticalModel(nn.Module):
         fm_logit: torch.Tensor | None = None,  # float32 [B]
         embedding: torch.Tensor | None = None,  # float32 [B, d]
         tier: torch.Tensor | None = None,  # int64 [B]
+        user_stats: torch.Tensor | None = None,  # float32 [B, N_USER_STATS]
+        recent_pos: torch.Tensor | None = None,  # int64 [B, k] (0 = padding)
     ) -> torch.Tensor:
         if self.training and self.id_dropout > 0:
             user = torch.where(torch.rand(user.shape) < self.id_dropout, OOV, user)
             item = torch.where(torch.rand(item.shape) < self.id_dropout, OOV, item)
+        item_vec = self.item(item)
         parts = [
             self.user(user),
-            self.item(item),
+            item_vec,
             self.hour(context[:, 0]),
             self.weekday(context[:, 1]),
         ]
+        if self.user_features:
+            if user_stats is None or recent_pos is None:
+                raise ValueError("this VM reads user features: pass user_stats and recent_pos")
+            parts += self._user_parts(item_vec, user_stats, recent_pos)
         skip = (self.user_bias(user) + self.item_bias(item)).squeeze(-1)
         if self.fm_logit_input:
             if fm_logit is None:
@@ -145,3 +162,13 @@ class VerticalModel(nn.Module):
             skip = skip + (score * self.tier_scale(tier)).squeeze(-1)
         x = torch.cat(parts, dim=1)
         return self.mlp(x).squeeze(-1) + skip
+
+    def _user_parts(
+        self, item_vec: torch.Tensor, user_stats: torch.Tensor, recent_pos: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """History statistics, the mean item vector of the last engaged items, and its dot
+        product with the candidate's vector (zero for a user with no engaged item)."""
+        present = (recent_pos != 0).to(torch.float32).unsqueeze(-1)  # [B, k, 1]
+        pooled = (self.item(recent_pos) * present).sum(1) / present.sum(1).clamp(min=1.0)
+        affinity = (pooled * item_vec).sum(-1, keepdim=True)
+        return [user_stats, pooled, affinity]

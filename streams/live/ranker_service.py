@@ -39,6 +39,7 @@ from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
 from streams.engine.ranker import SolarisScorer, needs_baseline, rank
 from streams.engine.verifier import PairScorer
+from streams.errors import StreamsError
 from streams.kafka_clients import make_consumer, make_producer
 from streams.live import metrics
 from streams.live.quality import QualityMeter
@@ -71,6 +72,12 @@ class RankerService:
         options: RankerOptions,
         vm: PairScorer | None = None,
     ) -> None:
+        if scorer is not None and getattr(scorer, "user_features", False):
+            raise StreamsError(
+                "this bundle's vm_solaris reads streaming user features (built with "
+                "SOLARIS_VM_USER_FEATURES=1), which the live ranker does not read from the store "
+                "yet: serve a bundle built with SOLARIS_VM_USER_FEATURES=0"
+            )
         self.settings = settings
         self.reader = reader
         self.scorer = scorer

@@ -10,6 +10,7 @@ import pytest
 from models.metrics import (
     auc,
     entropy,
+    headroom_closure,
     logloss,
     normalized_entropy,
     transfer_ratio,
@@ -72,3 +73,48 @@ def test_user_bootstrap_intervals_cover_the_estimate() -> None:
     assert res.gap_interval[0] > 0
     again = user_bootstrap(users, y, probs, {"half": "half"}, replicates=300)
     assert again.tr_interval["half"] == res.tr_interval["half"]  # seeded
+
+
+def test_headroom_closure_by_hand() -> None:
+    # the paper's own figures: (0.43 - 0.225) / 0.775
+    assert headroom_closure(0.43, 0.225) == pytest.approx(0.2645, abs=1e-4)
+    assert headroom_closure(0.2, 0.4) == pytest.approx(-1 / 3)
+    assert math.isnan(headroom_closure(0.5, 1.0))
+    assert math.isnan(headroom_closure(float("nan"), 0.2))
+
+
+def test_paired_bootstrap_of_a_ne_difference_and_of_h() -> None:
+    """One set of resamples for every model: a model against itself differs by exactly 0,
+    and h's interval follows the per-replicate TRs."""
+    rng = np.random.default_rng(1)
+    n = 3000
+    users = rng.integers(0, 150, n)
+    truth = rng.random(n)
+    y = (rng.random(n) < truth).astype(np.int8)
+    base = np.full(n, y.mean())
+
+    def mix(w: float) -> list[np.ndarray]:
+        return [np.clip(w * truth + (1 - w) * base, 0.01, 0.99)]
+
+    probs = {"fm": mix(1.0), "vm": [base], "kd": mix(0.3), "served": mix(0.7)}
+    res = user_bootstrap(
+        users,
+        y,
+        probs,
+        {"kd": "kd", "served": "served"},
+        replicates=300,
+        diff_pairs={"kd_minus_served": ("kd", "served"), "self": ("kd", "kd")},
+        headroom_pairs={"served": ("served", "kd"), "none": ("kd", "kd")},
+    )
+    assert res.diff_interval["self"] == (0.0, 0.0)
+    lo, hi = res.diff_interval["kd_minus_served"]
+    point = normalized_entropy(y, probs["kd"][0]) - normalized_entropy(y, probs["served"][0])
+    assert 0.0 < lo <= point <= hi
+    assert res.headroom_interval["none"] == pytest.approx((0.0, 0.0))
+    h_lo, h_hi = res.headroom_interval["served"]
+    ne = {k: normalized_entropy(y, v[0]) for k, v in probs.items()}
+    h = headroom_closure(
+        transfer_ratio(ne["vm"], ne["served"], ne["fm"]),
+        transfer_ratio(ne["vm"], ne["kd"], ne["fm"]),
+    )
+    assert 0.0 < h_lo <= h <= h_hi < 1.0
