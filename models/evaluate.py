@@ -306,6 +306,32 @@ def _engine_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _bar_lines(report: dict[str, Any]) -> list[str]:
+    """Issue 22's bar: headroom closure over tuned KD, and the weak-baseline comparison."""
+    bar = report.get("beats_kd")
+    if bar is None:  # reports written before the bar existed
+        return []
+    h_lo, h_hi = bar["headroom_closure_ci95"]
+    d_lo, d_hi = bar["ne_kd_minus_served_ci95"]
+    lines = [
+        "",
+        f"Against tuned KD ({report.get('vm_baseline', 'id-only')} VM baseline; served = "
+        f"{bar['served_model']}, {bar['served_is']}): TR served {_fmt(bar['tr_served'], 3)}, "
+        f"TR kd {_fmt(bar['tr_kd'], 3)}, headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
+        f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]; NE(kd) − NE(served) = "
+        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)"
+        + ("; the FM's gain over the VM is within noise." if bar["fm_gain_within_noise"] else "."),
+    ]
+    vs = report.get("vs_id_only")
+    if vs is not None:
+        trs = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in vs["transfer_ratio"].items())
+        lines.append(
+            f"Against the id-only VM (NE {_fmt(report['models']['vm_id_only']['ne'])}; the fair "
+            f"VM's features alone gain {_fmt(vs['fair_vm_gain']['ne'])} NE): {trs}."
+        )
+    return lines
+
+
 def _base(key: str) -> str:
     return key.split("@", 1)[0]
 
@@ -357,6 +383,7 @@ def markdown(report: dict[str, Any]) -> str:
         kd = _fmt(report["transfer_ratio"].get("kd"), 3)
         lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
     lines += _engine_lines(report)
+    lines += _bar_lines(report)
     secs = report["training_seconds"]
     lines += [
         "",

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from models.evaluate import evaluate_runs
+from models.evaluate import evaluate_runs, markdown
 from models.experiment import Impressions, SeedRun, run_seed
 from models.features import HistoryIndex, context_features
 from models.metrics import headroom_closure, normalized_entropy, transfer_ratio
@@ -88,6 +88,9 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
     assert vs["fair_vm_gain"]["ne"] == pytest.approx(
         models["vm_id_only"]["ne"] - models["vm"]["ne"]
     )
+    text = markdown(report)
+    assert f"headroom closure h = {bar['headroom_closure']:.3f}" in text
+    assert "Against the id-only VM" in text
 
 
 def test_bundle_serves_the_fair_vm_solaris_with_training_features(
