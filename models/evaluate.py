@@ -51,6 +51,9 @@ TR_MODELS: dict[str, str] = {
     "solaris_engine_missing": "vm_solaris_engine_missing",
     "solaris_engine_kd": "vm_solaris_engine_kd",
     "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
+    # issue 22 item 3 diagnostic: the item-aware fallback in the aggregate slot (serving lag)
+    "solaris_item_aware": "vm_solaris_item_aware@{lag}",
+    "solaris_item_served": "vm_solaris_item_served@{lag}",
 }
 LAGGED_TR = (
     "solaris",
@@ -68,6 +71,8 @@ ENGINE_TR = (
     "solaris_engine_missing",
     "solaris_offline_on_engine",
     "solaris_engine_kd",
+    "solaris_item_aware",
+    "solaris_item_served",
 )
 
 

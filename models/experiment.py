@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from models.config import GridPoint, TrainConfig, lag_name
-from models.features import HistoryIndex, Vocab, context_features
+from models.features import OOV, HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
-from models.offline_tiers import item_neighbour_mean, user_window_mean
+from models.offline_tiers import item_neighbour_mean, user_similar_items_mean, user_window_mean
 from models.runtime import TIER_AGGREGATE, TIER_MISSING
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
@@ -60,6 +60,10 @@ VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
 VM_SOLARIS_ENGINE_KD = VariantSpec("vm_solaris_engine_kd", embedding=True, kd=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
+#: item-aware fallback diagnostic (issue 22 item 3): the user's latest pairs looked at, and how
+#: many of the most similar items (FM item vectors) are averaged
+ITEM_AWARE_LAST_N = 50
+ITEM_AWARE_TOP_M = 5
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,52 @@ class _LagViews:
     tiers: np.ndarray  # float32 [M, 3, d]
     score_tiers: np.ndarray  # float32 [M, 3, 1]: the same tiers built from logits
     available: np.ndarray  # bool [M, 3]
+
+
+def _item_aware_diagnostic(
+    cfg: TrainConfig,
+    fm: FoundationModel,
+    fm_vocab: Vocab,
+    bc: Examples,
+    view: _LagViews,
+    data: VMData,
+    sl_te: slice,
+    served: np.ndarray,
+    fit: Any,
+    spec: VariantSpec,
+    lag: str,
+) -> dict[str, np.ndarray]:
+    """An item-aware fallback in the aggregate slot: the similarity-weighted mean of the
+    user's pairs for the items most similar to the candidate (``user_similar_items_mean``),
+    the plain aggregate where there is none. Trained like ``vm_solaris`` (same grid point);
+    ``vm_solaris_item_aware`` scores every test row on it (the analogue of
+    ``vm_solaris_aggregate``), ``vm_solaris_item_served`` at the served draw."""
+    idx = fm_vocab.lookup(bc.item)
+    table = fm.item.weight.detach().cpu().numpy().astype(np.float32)
+    item_vecs = np.where((idx == OOV)[:, None], 0.0, table[idx]).astype(np.float32)
+    exact = view.tiers[:, 0]
+    item_mean, n_item = user_similar_items_mean(
+        bc.user,
+        bc.time_ms,
+        item_vecs,
+        exact,
+        cfg.aggregate_window_ms,
+        ITEM_AWARE_LAST_N,
+        ITEM_AWARE_TOP_M,
+    )
+    has_item = n_item > 0
+    tiers = view.tiers.copy()
+    tiers[:, 1] = np.where(has_item[:, None], item_mean, tiers[:, 1])
+    available = view.available.copy()
+    available[:, 1] |= has_item
+    item_data = replace(data, tier_embeddings=tiers, tier_available=available)
+    model = fit(spec, f"vm_solaris_item@{lag}", item_data, family_key="vm_solaris@0")
+    test = item_data.take(np.arange(len(bc))[sl_te])
+    agg = np.where(available[sl_te, 1], TIER_AGGREGATE, TIER_MISSING).astype(np.int64)
+    return {
+        f"vm_solaris_item_aware@{lag}": predict_vm(model, spec, test, agg),
+        f"vm_solaris_item_served@{lag}": predict_vm(model, spec, test, served),
+    }
 
 
 def verifier_vm(vms: Mapping[str, VerticalModel]) -> VerticalModel:
@@ -284,6 +334,12 @@ def run_seed(
                     m, spec, test, np.full(n_test, TIER_MISSING, np.int64)
                 )
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
+        if lag == cfg.serving_lag_ms:
+            probs.update(
+                _item_aware_diagnostic(
+                    cfg, fm, fm_vocab, bc, view, data, sl_te, served, fit, fair(VM_SOLARIS), name
+                )
+            )
         # Score transfer through the same tiered store: a 1-d "embedding" = the FM's logit.
         scores = replace(data, tier_embeddings=view.score_tiers)
         score_spec = fair(VM_SCORE_TIERS)

@@ -54,6 +54,58 @@ def user_window_mean(
     return out, cnt
 
 
+def user_similar_items_mean(
+    users: np.ndarray,
+    times: np.ndarray,
+    item_vectors: np.ndarray,
+    vectors: np.ndarray,
+    window_ms: int,
+    last_n: int,
+    top_m: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Item-aware fallback (issue 22, design "similar items of the same user"): per row, of the
+    same user's latest ``last_n`` rows in ``[t − window, t)``, the ``top_m`` whose *items* are
+    most similar to this row's item (cosine of ``item_vectors``, e.g. the FM's item table),
+    their ``vectors`` averaged with weights max(cos, 0).
+
+    ``item_vectors`` float32 [N, di] is each row's item vector (zeros for an unknown item).
+    Returns float32 [N, d] and the number of rows with a positive weight (0 = unavailable).
+    """
+    n, d = vectors.shape
+    if n == 0:
+        return np.zeros((0, d), np.float32), np.zeros(0, np.int64)
+    order, keys, t0, span = _sorted_keys(users, times)
+    base = keys - (times[order] - t0 + 1)
+    lo_rel = np.clip(times[order] - window_ms - t0 + 1, 0, span - 1)
+    start = np.searchsorted(keys, base + lo_rel, side="left")
+    end = np.searchsorted(keys, keys, side="left")  # strictly earlier than t
+    unit = item_vectors[order].astype(np.float32)
+    unit /= np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
+    vec_sorted = vectors[order].astype(np.float32)
+    m = min(top_m, last_n)
+    out_sorted = np.zeros((n, d), np.float32)
+    cnt_sorted = np.zeros(n, np.int64)
+    for s in range(0, n, 2048):
+        e = min(n, s + 2048)
+        idx = end[s:e, None] - last_n + np.arange(last_n)[None, :]
+        ok = idx >= start[s:e, None]
+        idx_c = np.where(ok, idx, 0)
+        cos = np.einsum("nd,nwd->nw", unit[s:e], unit[idx_c])
+        cos = np.where(ok, cos, -np.inf)
+        best = np.argpartition(-cos, m - 1, axis=1)[:, :m]
+        w = np.maximum(np.take_along_axis(cos, best, axis=1), 0.0)  # -inf → 0
+        rows = np.take_along_axis(idx_c, best, axis=1)
+        total = w.sum(axis=1)
+        summed = np.einsum("nm,nmd->nd", w, vec_sorted[rows])
+        out_sorted[s:e] = summed / np.maximum(total, 1e-12)[:, None]
+        cnt_sorted[s:e] = (w > 0).sum(axis=1)
+    out = np.zeros((n, d), np.float32)
+    cnt = np.zeros(n, np.int64)
+    out[order] = out_sorted
+    cnt[order] = cnt_sorted
+    return out, cnt
+
+
 def item_neighbour_mean(
     users: np.ndarray,
     items: np.ndarray,

@@ -83,6 +83,7 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
     lo, hi = bar["ne_kd_minus_served_ci95"]
     assert lo <= bar["ne_kd_minus_served"] <= hi and lo < hi
     assert report["vm_baseline"].startswith("fair")
+    assert "solaris_item_aware" in report["lagged"]["10m"]["transfer_ratio"]
     vs = report["vs_id_only"]
     assert vs["baseline"] == "vm_id_only" and {"kd", "solaris"} <= set(vs["transfer_ratio"])
     assert vs["fair_vm_gain"]["ne"] == pytest.approx(

@@ -95,6 +95,9 @@ def test_every_variant_predicts_every_test_row(run) -> None:  # type: ignore[no-
             )
             for lag in ("0", "10m")
         ),
+        # the item-aware fallback diagnostic, at the serving lag only
+        "vm_solaris_item_aware@10m",
+        "vm_solaris_item_served@10m",
     }
     assert set(run.test_probs) == expected
     for p in run.test_probs.values():
