@@ -54,6 +54,8 @@ TR_MODELS: dict[str, str] = {
     # issue 22 item 3 diagnostic: the item-aware fallback in the aggregate slot (serving lag)
     "solaris_item_aware": "vm_solaris_item_aware@{lag}",
     "solaris_item_served": "vm_solaris_item_served@{lag}",
+    "solaris_state_aware": "vm_solaris_state_aware@{lag}",
+    "solaris_state_served": "vm_solaris_state_served@{lag}",
 }
 LAGGED_TR = (
     "solaris",
@@ -73,6 +75,8 @@ ENGINE_TR = (
     "solaris_engine_kd",
     "solaris_item_aware",
     "solaris_item_served",
+    "solaris_state_aware",
+    "solaris_state_served",
 )
 
 

@@ -98,6 +98,8 @@ def test_every_variant_predicts_every_test_row(run) -> None:  # type: ignore[no-
         # the item-aware fallback diagnostic, at the serving lag only
         "vm_solaris_item_aware@10m",
         "vm_solaris_item_served@10m",
+        "vm_solaris_state_aware@10m",
+        "vm_solaris_state_served@10m",
     }
     assert set(run.test_probs) == expected
     for p in run.test_probs.values():

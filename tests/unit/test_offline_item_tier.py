@@ -40,3 +40,21 @@ def test_weights_are_the_cosines_and_the_window_cuts() -> None:
     short, n_short = user_similar_items_mean(users, times, items, vecs, 150, last_n=4, top_m=2)
     np.testing.assert_allclose(short[3], [5, 5])  # only t=200 is within 150 ms of t=300
     assert n_short[3] == 1
+
+
+def test_state_lags_point_at_the_previous_request_within_the_window() -> None:
+    from models.experiment import state_lags
+    from models.features import HistoryIndex
+
+    users = np.array([1, 1, 1, 2], np.int64)
+    times = np.array([100, 100, 400, 50], np.int64)  # user 1: two impressions of one request
+    index = HistoryIndex(users, np.array([5, 6, 7, 8]), np.array([1, 0, 1, 0]), times)
+    lag, has = state_lags(
+        index, np.array([1, 1, 1, 2, 3]), np.array([100, 400, 1000, 60, 70]), window_ms=700
+    )
+    # at 100 nothing earlier; at 400 the request at 100 (300 ago); at 1000 the one at 400;
+    # user 2 at 60: the one at 50; user 3: never seen
+    np.testing.assert_array_equal(has, [False, True, True, True, False])
+    np.testing.assert_array_equal(lag, [0, 300, 600, 10, 0])
+    lag, has = state_lags(index, np.array([1]), np.array([1000]), window_ms=500)
+    assert not has[0] and lag[0] == 0  # 600 ago is outside a 500 ms window
