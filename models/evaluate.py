@@ -50,6 +50,8 @@ TR_MODELS: dict[str, str] = {
     "solaris_engine": "vm_solaris_engine",
     "solaris_engine_missing": "vm_solaris_engine_missing",
     "solaris_engine_kd": "vm_solaris_engine_kd",
+    # design B (decoded user state) in place of every non-exact tier the engine served
+    "solaris_engine_state": "vm_solaris_engine_state",
     "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
     # issue 22 item 3 diagnostic: the item-aware fallback in the aggregate slot (serving lag)
     "solaris_item_aware": "vm_solaris_item_aware@{lag}",
@@ -70,6 +72,7 @@ TABLE_TR = ("solaris", "fm_logit", "solaris_aggregate", "solaris_served", "score
 #: staleness); also reported in the serving lag's block, next to the offline served mix.
 ENGINE_TR = (
     "solaris_engine",
+    "solaris_engine_state",
     "solaris_engine_missing",
     "solaris_offline_on_engine",
     "solaris_engine_kd",
@@ -97,6 +100,7 @@ def served_model(keys: Sequence[str], cfg: TrainConfig) -> tuple[str, str]:
 def _beats_kd(
     stats: dict[str, dict[str, Any]],
     boot: BootstrapResult,
+    bar: str,
     served: tuple[str, str],
     n_seeds: int,
 ) -> dict[str, Any]:
@@ -115,14 +119,14 @@ def _beats_kd(
                 transfer_ratio(ne["vm"], ne["vm_kd"], ne["fm"]),
             )
         )
-    diff_ci = boot.diff_interval.get("kd_minus_served", (float("nan"), float("nan")))
+    diff_ci = boot.diff_interval.get(bar, (float("nan"), float("nan")))
     return {
         "served_model": key,
         "served_is": how,
         "tr_served": tr_served,
         "tr_kd": tr_kd,
         "headroom_closure": headroom_closure(tr_served, tr_kd),
-        "headroom_closure_ci95": list(boot.headroom_interval.get("served", (float("nan"),) * 2)),
+        "headroom_closure_ci95": list(boot.headroom_interval.get(bar, (float("nan"),) * 2)),
         "headroom_closure_per_seed": per_seed,
         "ne_kd_minus_served": kd["ne"] - sv["ne"],
         "ne_kd_minus_served_ci95": list(diff_ci),
@@ -226,14 +230,20 @@ def evaluate_runs(
         for lag in cfg.lags_ms
     }
     served = served_model(keys, cfg)
+    bars = {"beats_kd": served}
+    if "vm_solaris_engine_state" in keys:  # design B served in place of the engine's fallbacks
+        bars["beats_kd_state_tier"] = (
+            "vm_solaris_engine_state",
+            "engine-built tiers with a decoded user state in place of every non-exact tier",
+        )
     boot = user_bootstrap(
         users,
         y,
         probs,
         tr_pairs,
         replicates=cfg.bootstrap_replicates,
-        diff_pairs={"kd_minus_served": ("vm_kd", served[0])},
-        headroom_pairs={"served": (served[0], "vm_kd")},
+        diff_pairs={name: ("vm_kd", model) for name, (model, _) in bars.items()},
+        headroom_pairs={name: (model, "vm_kd") for name, (model, _) in bars.items()},
     )
     for k in keys:
         stats[k]["ne_ci95"] = list(boot.ne_interval[k])
@@ -253,7 +263,9 @@ def evaluate_runs(
         "fm_per_seed": [r.seconds["fm"] for r in runs],
         "total": float(sum(r.seconds["total"] for r in runs)),
     }
-    extra: dict[str, Any] = {"beats_kd": _beats_kd(stats, boot, served, len(runs))}
+    extra: dict[str, Any] = {
+        name: _beats_kd(stats, boot, name, model, len(runs)) for name, model in bars.items()
+    }
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     return {
@@ -315,21 +327,27 @@ def _engine_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def _bar_lines(report: dict[str, Any]) -> list[str]:
-    """Issue 22's bar: headroom closure over tuned KD, and the weak-baseline comparison."""
-    bar = report.get("beats_kd")
-    if bar is None:  # reports written before the bar existed
-        return []
+def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
     h_lo, h_hi = bar["headroom_closure_ci95"]
     d_lo, d_hi = bar["ne_kd_minus_served_ci95"]
-    lines = [
-        "",
+    return (
         f"Against tuned KD ({report.get('vm_baseline', 'id-only')} VM baseline; served = "
         f"{bar['served_model']}, {bar['served_is']}): TR served {_fmt(bar['tr_served'], 3)}, "
         f"TR kd {_fmt(bar['tr_kd'], 3)}, headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
         f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]; NE(kd) − NE(served) = "
         f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)"
-        + ("; the FM's gain over the VM is within noise." if bar["fm_gain_within_noise"] else "."),
+        + ("; the FM's gain over the VM is within noise." if bar["fm_gain_within_noise"] else ".")
+    )
+
+
+def _bar_lines(report: dict[str, Any]) -> list[str]:
+    """Issue 22's bar: headroom closure over tuned KD, and the weak-baseline comparison."""
+    if "beats_kd" not in report:  # reports written before the bar existed
+        return []
+    lines = [""] + [
+        _bar_line(report, report[name])
+        for name in ("beats_kd", "beats_kd_state_tier")
+        if name in report
     ]
     vs = report.get("vs_id_only")
     if vs is not None:

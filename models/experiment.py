@@ -27,7 +27,7 @@ from models.config import GridPoint, TrainConfig, lag_name
 from models.features import OOV, HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_similar_items_mean, user_window_mean
-from models.runtime import TIER_AGGREGATE, TIER_MISSING
+from models.runtime import TIER_AGGREGATE, TIER_EXACT, TIER_MISSING
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
 from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
@@ -124,6 +124,14 @@ class _LagViews:
     available: np.ndarray  # bool [M, 3]
 
 
+@dataclass(frozen=True)
+class StateView:
+    """Design B's vector per B ∪ C row (the FM as of the user's previous request)."""
+
+    vectors: np.ndarray  # float32 [M, d]
+    has: np.ndarray  # bool [M]
+
+
 def state_lags(
     index: HistoryIndex, users: np.ndarray, times_ms: np.ndarray, window_ms: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +157,7 @@ def _fallback_diagnostics(
     fit: Any,
     spec: VariantSpec,
     lag: str,
-) -> dict[str, np.ndarray]:
+) -> tuple[StateView, dict[str, np.ndarray]]:
     """Issue 22 item 3: two item-aware designs for the rows without an exact pair, each put in
     the aggregate slot (the plain aggregate where it has no value) and trained like
     ``vm_solaris`` (same grid point). ``vm_solaris_<design>_aware`` scores every test row on
@@ -188,7 +196,7 @@ def _fallback_diagnostics(
         agg = np.where(available[sl_te, 1], TIER_AGGREGATE, TIER_MISSING).astype(np.int64)
         out[f"vm_solaris_{design}_aware@{lag}"] = predict_vm(model, spec, test, agg)
         out[f"vm_solaris_{design}_served@{lag}"] = predict_vm(model, spec, test, served)
-    return out
+    return StateView(state_emb, has_state), out
 
 
 def verifier_vm(vms: Mapping[str, VerticalModel]) -> VerticalModel:
@@ -356,22 +364,21 @@ def run_seed(
                 )
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
         if lag == cfg.serving_lag_ms:
-            probs.update(
-                _fallback_diagnostics(
-                    cfg,
-                    fm,
-                    fm_vocab,
-                    index,
-                    bc,
-                    view,
-                    data,
-                    sl_te,
-                    served,
-                    fit,
-                    fair(VM_SOLARIS),
-                    name,
-                )
+            state, diagnostics = _fallback_diagnostics(
+                cfg,
+                fm,
+                fm_vocab,
+                index,
+                bc,
+                view,
+                data,
+                sl_te,
+                served,
+                fit,
+                fair(VM_SOLARIS),
+                name,
             )
+            probs.update(diagnostics)
         # Score transfer through the same tiered store: a 1-d "embedding" = the FM's logit.
         scores = replace(data, tier_embeddings=view.score_tiers)
         score_spec = fair(VM_SCORE_TIERS)
@@ -422,6 +429,17 @@ def run_seed(
         probs["vm_solaris_offline_on_engine"] = predict_vm(
             vms["vm_solaris"], fair(VM_SOLARIS), test, None
         )
+        # design B at the engine's coverage: every row the engine served without an exact
+        # pair gets the decoded user state instead, where the user has one
+        swap = (got.tier != TIER_EXACT) & state.has
+        st_data = replace(
+            data,
+            served_tier=np.where(swap, TIER_AGGREGATE, got.tier).astype(np.int64),
+            served_embedding=np.where(swap[:, None], state.vectors, got.vector).astype(np.float32),
+        )
+        m_st = fit(engine_spec, "vm_solaris_engine_state", st_data, family_key="vm_solaris@0")
+        st_test = st_data.take(np.arange(len(bc))[sl_te])
+        probs["vm_solaris_engine_state"] = predict_vm(m_st, engine_spec, st_test, None)
     seconds["total"] = time.perf_counter() - clock
     return SeedRun(
         seed,

@@ -44,6 +44,11 @@ def test_shipped_vm_solaris_is_engine_trained(built: dict[str, object]) -> None:
     assert meta["engine_coverage"]["exact"] > 0.1
     trs = built["eval"]["transfer_ratio"]  # type: ignore[index]
     assert {"solaris_engine", "solaris_offline_on_engine", "solaris_served"} <= set(trs)
+    # issue 22: the bar is measured on the engine-built mix, and design B's mix beside it
+    report = built["eval"]
+    assert report["beats_kd"]["served_model"] == "vm_solaris_engine"  # type: ignore[index]
+    assert report["beats_kd_state_tier"]["served_model"] == "vm_solaris_engine_state"  # type: ignore[index]
+    assert "solaris_engine_state" in trs
 
 
 def test_training_tier_mix_is_what_the_simulator_serves(built: dict[str, object]) -> None:
