@@ -212,7 +212,11 @@ def evaluate(
     console.print(markdown(evaluation), markup=False, highlight=False, soft_wrap=True)
     console.print(f"bundle {bundle} ({secs:.0f} s)")
     if json_path is not None:
+        from models.results import provenance
+
         json_path.parent.mkdir(parents=True, exist_ok=True)
+        # the code and time that wrote this file (the bundle may be older: it is cached)
+        evaluation["provenance"] = {**provenance(), "bundle": bundle.name}
         json_path.write_text(json.dumps(evaluation, indent=2))
         console.print(f"wrote {json_path}")
 
