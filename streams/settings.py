@@ -7,12 +7,18 @@ Every field maps to an env var ``SOLARIS_<FIELD>`` (e.g. ``SOLARIS_KAFKA_BOOTSTR
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 HOUR_MS = 3_600_000
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +57,33 @@ SCRIPT_VARIABLES = frozenset(
 )
 
 
+#: names Kubernetes gives a pod for every Service of its namespace (``enableServiceLinks``): a
+#: Service ``solaris-exporter`` becomes ``SOLARIS_EXPORTER_SERVICE_HOST``,
+#: ``SOLARIS_EXPORTER_PORT_9104_TCP_ADDR``, ... which carry our prefix without being settings
+_SERVICE_LINK_NAME = re.compile(
+    r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)$"
+)
+#: ``<SERVICE>_PORT=tcp://10.96.0.12:9104`` (docker-link style): clashes with a real ``*_PORT``
+#: setting by name (``SOLARIS_EXPORTER_PORT``), but a port setting is never such a URL
+_SERVICE_LINK_URL = re.compile(r"^(tcp|udp|sctp)://[^/\s]+:\d+$")
+
+
+def is_service_link(name: str, value: str | None) -> bool:
+    """Whether ``name=value`` is a variable Kubernetes injected for a Service (not a setting)."""
+    upper = name.upper()
+    if _SERVICE_LINK_NAME.match(upper):
+        return True
+    return upper.endswith("_PORT") and value is not None and bool(_SERVICE_LINK_URL.match(value))
+
+
+class _EnvWithoutServiceLinks(EnvSettingsSource):
+    """The environment source, minus Kubernetes' service-link variables."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = super()._load_env_vars()
+        return {k: v for k, v in env.items() if not is_service_link(k, v)}
+
+
 def _default_data_dir() -> Path:
     return (REPO_ROOT.parent / "shared" / "data").resolve()
 
@@ -59,6 +92,19 @@ class Settings(BaseSettings):
     """All SOLARIS knobs with their defaults; see README "Settings" for the table."""
 
     model_config = SettingsConfigDict(env_prefix="SOLARIS_", frozen=True, extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The usual sources, but the environment without Kubernetes' service links."""
+        env = _EnvWithoutServiceLinks(settings_cls)
+        return init_settings, env, dotenv_settings, file_secret_settings
 
     @model_validator(mode="after")
     def _no_unknown_variables(self) -> Settings:
@@ -350,4 +396,8 @@ class Settings(BaseSettings):
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """``SOLARIS_*`` names in ``environ`` that are neither a setting nor a script variable."""
     known = {f"SOLARIS_{name.upper()}" for name in Settings.model_fields} | SCRIPT_VARIABLES
-    return sorted(k for k in environ if k.upper().startswith("SOLARIS_") and k.upper() not in known)
+    return sorted(
+        k
+        for k, v in environ.items()
+        if k.upper().startswith("SOLARIS_") and k.upper() not in known and not is_service_link(k, v)
+    )

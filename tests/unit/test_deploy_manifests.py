@@ -298,3 +298,73 @@ def test_dockerfile_is_multi_stage_non_root_with_the_solaris_entry_point() -> No
     assert 'exec solaris "$@"' in entry
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", "tests"} <= set(ignored)
+
+
+# --- Kubernetes service links (issue 25 item 1) --------------------------------------------------
+
+
+def _service_link_env(services: list[dict[str, Any]]) -> dict[str, str]:
+    """What Kubernetes injects into a pod for these Services (enableServiceLinks), by its rules:
+    ``<NAME>_SERVICE_HOST``/``_SERVICE_PORT``/``_SERVICE_PORT_<PORTNAME>`` and the docker-link
+    style ``<NAME>_PORT``, ``<NAME>_PORT_<p>_<PROTO>[_PROTO|_PORT|_ADDR]``."""
+    env: dict[str, str] = {}
+    for n, svc in enumerate(services):
+        name = svc["metadata"]["name"].upper().replace("-", "_")
+        ip = f"10.96.0.{10 + n}"
+        ports = svc["spec"]["ports"]
+        env[f"{name}_SERVICE_HOST"] = ip
+        env[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        first = ports[0]
+        env[f"{name}_PORT"] = f"{first.get('protocol', 'TCP').lower()}://{ip}:{first['port']}"
+        for port in ports:
+            proto = port.get("protocol", "TCP")
+            if "name" in port:
+                env[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(
+                    port["port"]
+                )
+            base = f"{name}_PORT_{port['port']}_{proto}"
+            env[base] = f"{proto.lower()}://{ip}:{port['port']}"
+            env[f"{base}_PROTO"] = proto.lower()
+            env[f"{base}_PORT"] = str(port["port"])
+            env[f"{base}_ADDR"] = ip
+    return env
+
+
+def _rendered_services() -> list[dict[str, Any]]:
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (it renders the kustomization)")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Service"]
+
+
+def test_settings_ignore_the_service_links_kubernetes_injects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod started with service links on (a manifest that forgets enableServiceLinks, or a
+    Service of another team named solaris-*) still starts: the injected variables are not
+    settings, and SOLARIS_EXPORTER_PORT=tcp://... does not replace the exporter's port."""
+    env = _service_link_env(_rendered_services())
+    assert "SOLARIS_EXPORTER_PORT" in env and env["SOLARIS_EXPORTER_PORT"].startswith("tcp://")
+    for key in [k for k in os.environ if k.startswith("SOLARIS_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.exporter_port == Settings.model_fields["exporter_port"].default
+    assert unknown_variables(os.environ) == []
+    monkeypatch.setenv("SOLARIS_EXPORTER_PORT", "9200")  # a real setting still applies
+    assert Settings().exporter_port == 9200
+    monkeypatch.setenv("SOLARIS_KAFKA_BOOTSTRAPP", "x:9092")  # and a typo is still refused
+    with pytest.raises(ValueError, match="SOLARIS_KAFKA_BOOTSTRAPP"):
+        Settings()
+
+
+def test_pods_turn_service_links_off() -> None:
+    for name, spec in _pod_specs():
+        assert spec.get("enableServiceLinks") is False, name
