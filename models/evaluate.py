@@ -97,6 +97,27 @@ def served_model(keys: Sequence[str], cfg: TrainConfig) -> tuple[str, str]:
     return f"vm_solaris_served@{lag}", f"offline tier construction at Δ = {lag}"
 
 
+def missing_model(keys: Sequence[str], cfg: TrainConfig) -> str:
+    """``vm_solaris`` (the served one) scored with every input missing."""
+    if "vm_solaris_engine_missing" in keys:
+        return "vm_solaris_engine_missing"
+    return f"vm_solaris_missing@{lag_name(cfg.serving_lag_ms)}"
+
+
+def _degradation(
+    stats: dict[str, dict[str, Any]], boot: BootstrapResult, model: str
+) -> dict[str, Any]:
+    """Graceful degradation, paired: ``vm_solaris`` with every input missing against the VM
+    (it holds when the interval of NE(missing) − NE(vm) includes 0 or lies below it)."""
+    lo, hi = boot.diff_interval.get("missing_minus_vm", (float("nan"), float("nan")))
+    return {
+        "model": model,
+        "ne_missing_minus_vm": stats[model]["ne"] - stats["vm"]["ne"],
+        "ci95": [lo, hi],
+        "holds": bool(lo <= 0.0),
+    }
+
+
 def _beats_kd(
     stats: dict[str, dict[str, Any]],
     boot: BootstrapResult,
@@ -242,7 +263,10 @@ def evaluate_runs(
         probs,
         tr_pairs,
         replicates=cfg.bootstrap_replicates,
-        diff_pairs={name: ("vm_kd", model) for name, (model, _) in bars.items()},
+        diff_pairs={
+            **{name: ("vm_kd", model) for name, (model, _) in bars.items()},
+            "missing_minus_vm": (missing_model(keys, cfg), "vm"),
+        },
         headroom_pairs={name: (model, "vm_kd") for name, (model, _) in bars.items()},
     )
     for k in keys:
@@ -266,6 +290,7 @@ def evaluate_runs(
     extra: dict[str, Any] = {
         name: _beats_kd(stats, boot, name, model, len(runs)) for name, model in bars.items()
     }
+    extra["degradation"] = _degradation(stats, boot, missing_model(keys, cfg))
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     return {
@@ -349,6 +374,14 @@ def _bar_lines(report: dict[str, Any]) -> list[str]:
         for name in ("beats_kd", "beats_kd_state_tier")
         if name in report
     ]
+    deg = report.get("degradation")
+    if deg is not None:
+        lo, hi = deg["ci95"]
+        lines.append(
+            f"Every input missing ({deg['model']}): NE − NE(vm) = "
+            f"{_fmt(deg['ne_missing_minus_vm'])} [{_fmt(lo)}, {_fmt(hi)}] (paired): "
+            + ("no worse than the VM." if deg["holds"] else "worse than the VM.")
+        )
     vs = report.get("vs_id_only")
     if vs is not None:
         trs = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in vs["transfer_ratio"].items())

@@ -89,7 +89,13 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
     assert vs["fair_vm_gain"]["ne"] == pytest.approx(
         models["vm_id_only"]["ne"] - models["vm"]["ne"]
     )
+    deg = report["degradation"]
+    assert deg["model"] == "vm_solaris_missing@10m"
+    missing_ne = report["lagged"]["10m"]["models"]["vm_solaris_missing"]["ne"]
+    assert deg["ne_missing_minus_vm"] == pytest.approx(missing_ne - ne["vm"])
+    assert deg["holds"] == (deg["ci95"][0] <= 0)
     text = markdown(report)
+    assert "Every input missing (vm_solaris_missing@10m)" in text
     assert f"headroom closure h = {bar['headroom_closure']:.3f}" in text
     assert "Against the id-only VM" in text
 
