@@ -18,7 +18,7 @@ import numpy as np
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.evaluate import evaluate_runs
 from models.experiment import Impressions, SeedRun, run_seed, verifier_vm
-from models.export import OPSET, export_fm, export_vm
+from models.export import OPSET, export_fm, export_fm_split, export_vm
 from models.runtime import TIER_NAMES
 from models.served import ServedTierSource
 from models.train import Report
@@ -104,6 +104,8 @@ def write_bundle(
         "dataset": dataset,
     }
     export_fm(run.fm, cfg.history_len, out_dir / "fm.onnx", props)
+    # the same FM split into user state + decoder (the state tier's models, issue 22)
+    export_fm_split(run.fm, cfg.history_len, out_dir, props)
     # vm.onnx is the verifier: id-only, also when the ranking VMs read user features
     export_vm(verifier_vm(run.vms), "vm", out_dir / "vm.onnx", props)
     engine_trained = "vm_solaris_engine" in run.vms

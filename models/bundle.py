@@ -34,12 +34,14 @@ import numpy as np
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.errors import BundleError
 from models.features import Vocab
-from models.runtime import FMRunner, OnnxSession, SolarisRunner, VMRunner
+from models.runtime import FMRunner, OnnxSession, SolarisRunner, StateRunner, VMRunner
 from models.served import ServedTierSource
 
 log = logging.getLogger(__name__)
 
 FILES = ("fm.onnx", "vm.onnx", "vm_solaris.onnx", "vocab.npz", "meta.json")
+#: optional: the FM split into user state + decoder (see models.export.export_fm_split)
+SPLIT_FM_FILES = ("fm_state.onnx", "fm_decode.onnx")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class ModelBundle:
     fm: FMRunner
     vm: VMRunner
     solaris: SolarisRunner
+    #: the FM split into user state + decoder (bundles from before the split lack it)
+    state: StateRunner | None = None
 
 
 def load_bundle(
@@ -113,7 +117,16 @@ def load_bundle(
     fm = FMRunner(session("fm.onnx"), fm_items, meta.history_len, meta.model_version, meta.dim)
     vm = VMRunner(session("vm.onnx"), users, items, meta.history_len)
     solaris = SolarisRunner(session("vm_solaris.onnx"), users, items, meta.dim, meta.history_len)
-    return ModelBundle(root, meta, fm, vm, solaris)
+    state = None
+    if all((root / f).is_file() for f in SPLIT_FM_FILES):
+        state = StateRunner(
+            session(SPLIT_FM_FILES[0]),
+            session(SPLIT_FM_FILES[1]),
+            fm_items,
+            meta.history_len,
+            meta.dim,
+        )
+    return ModelBundle(root, meta, fm, vm, solaris, state)
 
 
 def bundle_key(traffic_path: Path | str, cfg: TrainConfig, served_key: str = "") -> str:

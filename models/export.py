@@ -21,7 +21,14 @@ import onnx
 import torch
 from torch import nn
 
-from models.fm import FM_INPUTS, FM_OUTPUTS, FoundationModel
+from models.fm import (
+    FM_INPUTS,
+    FM_OUTPUTS,
+    FoundationModel,
+    StateDecoder,
+    UserStateEncoder,
+    state_width,
+)
 from models.user_features import N_USER_STATS, RECENT_K
 from models.vm import VerticalModel
 
@@ -106,6 +113,37 @@ def export_fm(fm: FoundationModel, history_len: int, path: Path, metadata: dict[
         torch.ones(b, history_len, dtype=torch.int64),
     )
     return _export(fm, example, FM_INPUTS, FM_OUTPUTS, path, {"model_name": "fm", **metadata})
+
+
+def export_fm_split(
+    fm: FoundationModel, history_len: int, out_dir: Path, metadata: dict[str, str]
+) -> tuple[Path, Path]:
+    """The FM in two graphs: ``fm_state.onnx`` (history → flattened user state ``state``) and
+    ``fm_decode.onnx`` (``target_item`` + ``state`` → ``embedding``, ``logit``). Decoding a
+    state gives the FM's outputs for any item as of the history the state was computed from:
+    the state is stored per user, the decoder is light enough for the ranker (issue 22)."""
+    b = 2
+    hist = tuple(torch.ones(b, history_len, dtype=torch.int64) for _ in range(3))
+    width = str(state_width(history_len, fm.item.embedding_dim))
+    props = {**metadata, "state_width": width}
+    state_path = _export(
+        UserStateEncoder(fm),
+        hist,
+        FM_INPUTS[1:],
+        ("state",),
+        out_dir / "fm_state.onnx",
+        {"model_name": "fm_state", **props},
+    )
+    example = (torch.ones(b, dtype=torch.int64), torch.zeros(b, int(width)))
+    decode_path = _export(
+        StateDecoder(fm, history_len),
+        example,
+        ("target_item", "state"),
+        FM_OUTPUTS,
+        out_dir / "fm_decode.onnx",
+        {"model_name": "fm_decode", **props},
+    )
+    return state_path, decode_path
 
 
 def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]) -> Path:

@@ -93,13 +93,29 @@ class FoundationModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(embedding, logit, next-item scores [B, B])``; the scores feed the training-only
         auxiliary loss (in-batch softmax: row i's user should pick row i's target item)."""
+        state = self.user_state(hist_item, hist_label, hist_gap)
+        embedding, logit = self.decode(target_item, *state)
+        tokens, mask = state[0], state[1]
+        # target-independent user vector: what the history alone says the user will engage with
+        n_tok = mask.sum(1, keepdim=True)
+        user = self.user_proj((tokens * mask.unsqueeze(-1)).sum(1) / n_tok.clamp(min=1.0))
+        next_item = user @ self.item(target_item).T
+        return embedding, logit, next_item
+
+    def user_state(
+        self, hist_item: torch.Tensor, hist_label: torch.Tensor, hist_gap: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The target-independent half: what the FM knows of the user before it sees an item.
+
+        ``(tokens [B, L, D], mask [B, L], pos_mean [B, D], neg_mean [B, D], pos_rate [B, 1],
+        log_n [B, 1])``. Stored per user, it lets :meth:`decode` give the FM's output for any
+        item without the history (issue 22's "user state × item decoder" tier).
+        """
         mask = (hist_label > 0).to(torch.float32)  # [B, L]
         item_e = self.item(hist_item)
         tokens = item_e + self.label(hist_label) + self.gap(hist_gap)
         if self.self_attn is not None:
             tokens = self.self_attn(tokens, mask)
-        target = self.item(target_item)  # [B, D]
-        attended = self._target_attention(target, tokens, mask)
         pos = (hist_label == 2).to(torch.float32)
         neg = (hist_label == 1).to(torch.float32)
         n_pos = pos.sum(dim=1, keepdim=True)
@@ -108,6 +124,22 @@ class FoundationModel(nn.Module):
         neg_mean = (item_e * neg.unsqueeze(-1)).sum(1) / n_neg.clamp(min=1.0)
         n = n_pos + n_neg
         pos_rate = (n_pos + 1.0) / (n + 2.0)  # Laplace-smoothed: 0.5 for an empty history
+        return tokens, mask, pos_mean, neg_mean, pos_rate, torch.log1p(n)
+
+    def decode(
+        self,
+        target_item: torch.Tensor,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        pos_mean: torch.Tensor,
+        neg_mean: torch.Tensor,
+        pos_rate: torch.Tensor,
+        log_n: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target-aware half: ``(embedding [B, d], logit [B])`` of ``target_item`` from a
+        :meth:`user_state` (target attention, summaries, trunk, head)."""
+        target = self.item(target_item)  # [B, D]
+        attended = self._target_attention(target, tokens, mask)
         feats = torch.cat(
             [
                 target,
@@ -117,18 +149,14 @@ class FoundationModel(nn.Module):
                 neg_mean,
                 target * pos_mean,
                 pos_rate,
-                torch.log1p(n),
+                log_n,
                 self.item_bias(target_item),
             ],
             dim=1,
         )
         embedding = self.trunk(self.dropout(feats))
         logit = self.head(embedding).squeeze(-1)
-        # target-independent user vector: what the history alone says the user will engage with
-        n_tok = mask.sum(1, keepdim=True)
-        user = self.user_proj((tokens * mask.unsqueeze(-1)).sum(1) / n_tok.clamp(min=1.0))
-        next_item = user @ target.T
-        return embedding, logit, next_item
+        return embedding, logit
 
     def _target_attention(
         self, target: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
@@ -173,3 +201,60 @@ class _SelfAttention(nn.Module):
         x = x + self.proj(att.transpose(1, 2).reshape(b, length, dm))
         x = x + self.ff(self.norm2(x))
         return x * mask.unsqueeze(-1)
+
+
+def state_width(history_len: int, item_dim: int) -> int:
+    """Floats in one flattened user state (see :func:`flatten_state`)."""
+    return history_len * item_dim + history_len + 2 * item_dim + 2
+
+
+def flatten_state(state: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``user_state``'s tensors as one float32 row per user ``[B, state_width]``, in the order
+    tokens, mask, pos_mean, neg_mean, pos_rate, log_n: the value a store keeps per user."""
+    tokens, mask, pos_mean, neg_mean, pos_rate, log_n = state
+    return torch.cat([tokens.flatten(1), mask, pos_mean, neg_mean, pos_rate, log_n], dim=1)
+
+
+def unflatten_state(
+    flat: torch.Tensor, history_len: int, item_dim: int
+) -> tuple[torch.Tensor, ...]:
+    """The inverse of :func:`flatten_state`."""
+    sizes = [history_len * item_dim, history_len, item_dim, item_dim, 1, 1]
+    tokens, mask, pos_mean, neg_mean, pos_rate, log_n = torch.split(flat, sizes, dim=1)
+    return (
+        tokens.reshape(-1, history_len, item_dim),
+        mask,
+        pos_mean,
+        neg_mean,
+        pos_rate,
+        log_n,
+    )
+
+
+class UserStateEncoder(nn.Module):
+    """Exportable: history tensors → flattened user state ``[B, state_width]``."""
+
+    def __init__(self, fm: FoundationModel) -> None:
+        super().__init__()
+        self.fm = fm
+
+    def forward(
+        self, hist_item: torch.Tensor, hist_label: torch.Tensor, hist_gap: torch.Tensor
+    ) -> torch.Tensor:
+        return flatten_state(self.fm.user_state(hist_item, hist_label, hist_gap))
+
+
+class StateDecoder(nn.Module):
+    """Exportable: (target item, flattened user state) → ``(embedding, logit)``, i.e. the FM's
+    output for that item with the history the state was computed from."""
+
+    def __init__(self, fm: FoundationModel, history_len: int) -> None:
+        super().__init__()
+        self.fm = fm
+        self.history_len = history_len
+
+    def forward(
+        self, target_item: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dim = self.fm.item.embedding_dim
+        return self.fm.decode(target_item, *unflatten_state(state, self.history_len, dim))

@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from models.errors import InferenceError, InputError
-from models.features import Vocab, vm_inputs
+from models.features import Vocab, fm_history_inputs, vm_inputs
 from models.features import cut_histories as cut_histories  # re-exported: serving's FM inputs
 from models.features import fm_batch_inputs as fm_batch_inputs
 from models.user_features import user_stream_inputs
@@ -298,6 +298,54 @@ class FMRunner:
         if not inputs:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
         out = self.session.run(inputs)
+        return out["embedding"].astype(np.float32, copy=False), out["logit"].astype(
+            np.float32, copy=False
+        )
+
+
+class StateRunner:
+    """The FM split in two (``fm_state.onnx``, ``fm_decode.onnx``): ``states`` computes each
+    user's state as of an event time (the history cut strictly before it), ``decode`` gives
+    the FM's ``(embeddings [B, d], logits [B])`` of any items from stored states: equal to
+    :meth:`FMRunner.embed` with the history the state was computed from."""
+
+    def __init__(
+        self,
+        state_session: OnnxSession,
+        decode_session: OnnxSession,
+        item_vocab: Vocab,
+        history_len: int,
+        dim: int,
+    ) -> None:
+        self.state_session = state_session
+        self.decode_session = decode_session
+        self.item_vocab = item_vocab
+        self.history_len = history_len
+        self.dim = dim
+        self.width = int(state_session.metadata.get("state_width", "0"))
+        if self.width <= 0:
+            raise InputError(f"{state_session.path.name} does not declare its state_width")
+
+    def states(self, event_time_ms: np.ndarray, histories: Sequence[UserHistory]) -> np.ndarray:
+        """float32 [B, width]: one state per row, as of its event time."""
+        times = _ids("event_time_ms", event_time_ms)
+        if len(histories) != times.shape[0]:
+            raise InputError(f"got {len(histories)} histories for {times.shape[0]} rows")
+        if times.shape[0] == 0:
+            return np.zeros((0, self.width), np.float32)
+        raw = cut_histories(histories, times, self.history_len)
+        out = self.state_session.run(fm_history_inputs(self.item_vocab, times, raw))
+        return out["state"].astype(np.float32, copy=False)
+
+    def decode(self, item_ids: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The FM's outputs for ``item_ids`` [B] from ``states`` [B, width]."""
+        items = _ids("item_ids", item_ids)
+        st = np.asarray(states, np.float32)
+        if st.shape != (items.shape[0], self.width):
+            raise InputError(f"states must be float32 [{items.shape[0]}, {self.width}]")
+        if items.shape[0] == 0:
+            return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
+        out = self.decode_session.run({"target_item": self.item_vocab.lookup(items), "state": st})
         return out["embedding"].astype(np.float32, copy=False), out["logit"].astype(
             np.float32, copy=False
         )

@@ -159,3 +159,7 @@ def test_bundle_written_from_a_run_loads_and_serves(
     _, logit = bundle.fm.embed(users, items, times, hists)
     prob = 1.0 / (1.0 + np.exp(-logit))
     np.testing.assert_allclose(prob, run.test_probs["fm"][:50], atol=1e-4)
+    # the bundle also ships the FM split in two: decoded states give the same outputs
+    assert bundle.state is not None
+    _, decoded = bundle.state.decode(items, bundle.state.states(times, hists))
+    np.testing.assert_allclose(decoded, logit, atol=1e-4)

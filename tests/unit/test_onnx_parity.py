@@ -110,3 +110,36 @@ def test_fm_runner_matches_offline_features(tmp_path: Path, fm_model: Foundation
     r_emb, r_logit = runner.embed(q_users, q_items, q_times, hists)
     np.testing.assert_allclose(r_emb, emb.numpy(), atol=ATOL)
     np.testing.assert_allclose(r_logit, logit.numpy(), atol=ATOL)
+
+
+def test_split_fm_decodes_a_stored_state_to_the_fms_output(
+    tmp_path: Path, fm_model: FoundationModel
+) -> None:
+    """Issue 22's state tier: state at t, decoded for any item, equals the whole FM at t."""
+    from models.export import export_fm_split
+    from models.runtime import StateRunner
+
+    vocab = Vocab.build(np.arange(1, 39))
+    meta = {"model_version": "v-test"}
+    full = FMRunner(
+        OnnxSession(export_fm(fm_model, L, tmp_path / "fm.onnx", meta)), vocab, L, "v", 12
+    )
+    state_path, decode_path = export_fm_split(fm_model, L, tmp_path, meta)
+    split = StateRunner(OnnxSession(state_path), OnnxSession(decode_path), vocab, L, 12)
+    rng = np.random.default_rng(5)
+    hists = [UserHistory.empty()] + [
+        UserHistory.of(
+            rng.integers(1, 45, k).tolist(),  # some ids outside the vocabulary (OOV)
+            rng.integers(0, 2, k).tolist(),
+            np.sort(rng.integers(0, 10_000_000, k)).tolist(),
+        )
+        for k in (1, 3, 6, 9, 14)
+    ]
+    times = np.array([5_000_000] * len(hists), np.int64)
+    states = split.states(times, hists)
+    assert states.shape == (len(hists), split.width)
+    for items in (np.arange(1, 1 + len(hists)), np.full(len(hists), 44)):
+        emb, logit = split.decode(items, states)
+        want_emb, want_logit = full.embed(np.zeros(len(hists), np.int64), items, times, hists)
+        np.testing.assert_allclose(emb, want_emb, atol=ATOL)
+        np.testing.assert_allclose(logit, want_logit, atol=ATOL)
