@@ -82,8 +82,15 @@ BENCHES: dict[str, Spec] = {
         ),
         "1 + 1 vs 2 + 2 workers on 4 partitions, timed replay until lag 0",
     ),
+    "state": Spec(
+        "bench.state_tier",
+        "run_state",
+        "state_table",
+        ("per request of 50 candidates", "p50 ms", "p99 ms"),
+        "State tier: decoding a stored FM user state in the ranker vs vm_solaris vs the whole FM",
+    ),
 }
-ORDER = ("store", "serve", "fm", "pipeline", "scale-out")
+ORDER = ("store", "serve", "fm", "state", "pipeline", "scale-out")
 
 
 def run_bench(name: str, settings: Settings, smoke: bool, json_path: Path | None) -> BenchResult:

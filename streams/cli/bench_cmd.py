@@ -1,4 +1,4 @@
-"""``solaris bench serve|fm|store|pipeline|scale-out|all``: benchmarks as side-by-side ratios.
+"""``solaris bench serve|fm|store|state|pipeline|scale-out|all``: benchmarks as side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
@@ -51,6 +51,12 @@ def fm(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 def store(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """Redis bytes per stored pair (chosen encoding vs JSON vs options), 1 M extrapolated."""
     _one("store", json_path, smoke)
+
+
+@app.command("state")
+def state(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """State tier: ranker CPU to decode a stored FM user state per request, bytes per user."""
+    _one("state", json_path, smoke)
 
 
 @app.command("pipeline")

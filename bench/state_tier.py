@@ -1,0 +1,131 @@
+"""What the state tier costs the ranker (issue 22 item 3): CPU per request and bytes per user.
+
+Design B stores one FM user state per user and decodes it for each candidate that has no exact
+pair, in the ranker. Measured side by side on one machine, per request of ``candidates`` items,
+with default-size models (random weights: timing does not depend on them):
+
+- ``vm_solaris`` scoring alone (what the ranker runs today) — the reference;
+- decoding the request's candidates from a state (``fm_decode.onnx``);
+- the whole FM on the same candidates (what the ranker must never run) — for scale.
+
+Bytes per user: the state as float16 next to the user aggregate (one ``d``-vector). Reads per
+request: the state is one more key of the user's hash tag in the same first round trip.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import BenchResult, Target, machine_info, percentiles_ms
+from streams.settings import Settings
+
+ITEMS = 10_000
+CANDIDATES = 50
+
+
+def _models(tmp: Path, history_len: int, dim: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    from models.export import export_fm, export_fm_split, export_vm
+    from models.features import Vocab
+    from models.fm import FoundationModel
+    from models.runtime import FMRunner, OnnxSession, SolarisRunner, StateRunner
+    from models.vm import VerticalModel
+
+    torch.manual_seed(0)
+    fm = FoundationModel(ITEMS + 2, dim=dim).eval()
+    vm = VerticalModel(1_000, ITEMS + 2, embedding_dim=dim).eval()
+    props = {"model_version": "bench"}
+    vocab = Vocab(np.arange(1, ITEMS + 1, dtype=np.int64))
+    users = Vocab(np.arange(1, 1_000, dtype=np.int64))
+    full = FMRunner(
+        OnnxSession(export_fm(fm, history_len, tmp / "fm.onnx", props)),
+        vocab,
+        history_len,
+        "b",
+        dim,
+    )
+    state_path, decode_path = export_fm_split(fm, history_len, tmp, props)
+    split = StateRunner(OnnxSession(state_path), OnnxSession(decode_path), vocab, history_len, dim)
+    solaris = SolarisRunner(
+        OnnxSession(export_vm(vm, "vm_solaris", tmp / "vm_solaris.onnx", props)), users, vocab, dim
+    )
+    return full, split, solaris
+
+
+def _time(fn: Any, repeats: int) -> list[float]:
+    fn()  # warm
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchResult:
+    from models.runtime import TIER_AGGREGATE, UserHistory
+
+    length, dim = settings.history_len, settings.embedding_dim
+    repeats = 20 if smoke else 400
+    rng = np.random.default_rng(0)
+    now = 1_700_000_000_000
+    hist = UserHistory.of(
+        rng.integers(1, ITEMS, length).tolist(),
+        rng.integers(0, 2, length).tolist(),
+        sorted(rng.integers(now - 3_600_000, now, length).tolist()),
+    )
+    items = rng.integers(1, ITEMS, CANDIDATES).astype(np.int64)
+    times = np.full(CANDIDATES, now, np.int64)
+    users = np.full(CANDIDATES, 7, np.int64)
+    with tempfile.TemporaryDirectory(prefix="solaris-bench-state-") as tmp:
+        full, split, solaris = _models(Path(tmp), length, dim)
+        state = split.states(times[:1], [hist])
+        states = np.repeat(state, CANDIDATES, axis=0)
+        vectors = np.zeros((CANDIDATES, dim), np.float32)
+        tiers = np.full(CANDIDATES, TIER_AGGREGATE, np.int64)
+        timings = {
+            "vm_solaris": _time(
+                lambda: solaris.score(users, items, times, vectors, tiers), repeats
+            ),
+            "decode": _time(lambda: split.decode(items, states), repeats),
+            "fm": _time(lambda: full.embed(users, items, times, [hist] * CANDIDATES), repeats),
+        }
+        width = split.width
+    lat = {k: percentiles_ms(v) for k, v in timings.items()}
+    state_bytes, aggregate_bytes = 2 * width, 2 * dim
+    ratios: dict[str, float | None] = {
+        "decode_over_vm_solaris_p50": lat["decode"]["p50"] / lat["vm_solaris"]["p50"],
+        "decode_over_fm_p50": lat["decode"]["p50"] / lat["fm"]["p50"],
+        "state_over_aggregate_bytes": state_bytes / aggregate_bytes,
+    }
+    return BenchResult(
+        "state",
+        machine_info(),
+        results={
+            "candidates": CANDIDATES,
+            "history_len": length,
+            "dim": dim,
+            "latency_ms": lat,
+            "state_width_floats": width,
+            "bytes_per_user": {"state_f16": state_bytes, "aggregate_f16": aggregate_bytes},
+            "extra_keys_per_request": 1,
+            "extra_round_trips_per_request": 0,
+        },
+        ratios=ratios,
+        targets={"decode_over_fm_p50": Target(0.5, upper=True)},
+        smoke=smoke,
+    )
+
+
+def state_table(res: BenchResult) -> list[list[str]]:
+    lat = res.results["latency_ms"]
+    return [
+        [name, f"{lat[name]['p50']:.3f}", f"{lat[name]['p99']:.3f}"]
+        for name in ("vm_solaris", "decode", "fm")
+    ]
