@@ -97,6 +97,15 @@ def served_model(keys: Sequence[str], cfg: TrainConfig) -> tuple[str, str]:
     return f"vm_solaris_served@{lag}", f"offline tier construction at Δ = {lag}"
 
 
+def fm_gain_verdict(interval: Sequence[float]) -> str:
+    """The FM's NE gain over the VM by its 95 % interval: "positive", "within noise" (the
+    interval holds 0: transfer ratios divide by noise) or "negative" (the VM alone is better)."""
+    lo, hi = interval
+    if lo > 0.0:
+        return "positive"
+    return "negative" if hi < 0.0 else "within noise"
+
+
 def missing_model(keys: Sequence[str], cfg: TrainConfig) -> str:
     """``vm_solaris`` (the served one) scored with every input missing."""
     if "vm_solaris_engine_missing" in keys:
@@ -151,7 +160,7 @@ def _beats_kd(
         "headroom_closure_per_seed": per_seed,
         "ne_kd_minus_served": kd["ne"] - sv["ne"],
         "ne_kd_minus_served_ci95": list(diff_ci),
-        "fm_gain_within_noise": bool(boot.gap_interval[0] <= 0.0),
+        "fm_gain": fm_gain_verdict(boot.gap_interval),
         "bootstrap": "paired: one set of resampled test users for every model",
     }
 
@@ -360,9 +369,15 @@ def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
         f"{bar['served_model']}, {bar['served_is']}): TR served {_fmt(bar['tr_served'], 3)}, "
         f"TR kd {_fmt(bar['tr_kd'], 3)}, headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
         f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]; NE(kd) − NE(served) = "
-        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)"
-        + ("; the FM's gain over the VM is within noise." if bar["fm_gain_within_noise"] else ".")
+        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)" + _gain_note(bar)
     )
+
+
+def _gain_note(bar: dict[str, Any]) -> str:
+    verdict = bar.get("fm_gain", "positive")
+    if verdict == "positive":
+        return "."
+    return f"; the FM's gain over the VM is {verdict}: read NE differences, not ratios."
 
 
 def _bar_lines(report: dict[str, Any]) -> list[str]:

@@ -53,6 +53,29 @@ def _bar_cells(bar: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _verdict(ci: Any) -> str:
+    lo, hi = ci
+    if lo is None or hi is None:
+        return "?"
+    return "positive" if lo > 0 else ("negative" if hi < 0 else "within noise")
+
+
+def _gains(report: dict[str, Any]) -> str:
+    """NE gains over the VM of tuned KD and of the served mix(es): what to read when the FM's
+    own gain is not positive (a transfer ratio then divides by noise)."""
+    vm = report["models"]["vm"]["ne"]
+    parts = []
+    for key in ("beats_kd", "beats_kd_state_tier"):
+        bar = report.get(key)
+        if bar is None:
+            continue
+        served = vm - bar["tr_served"] * report["fm_vm_gap"]["ne"]
+        parts.append(f"{_num(vm - served, 4)}")
+    kd = report.get("beats_kd")
+    kd_gain = _num(kd["tr_kd"] * report["fm_vm_gap"]["ne"], 4) if kd else "–"
+    return f"{kd_gain} / " + " / ".join(parts)
+
+
 def _row(name: str, report: dict[str, Any]) -> str:
     models = report["models"]
     gap = report["fm_vm_gap"]
@@ -77,7 +100,8 @@ def _row(name: str, report: dict[str, Any]) -> str:
         name,
         f"{_num(models['vm']['ne'], 4)} / {_num(id_only, 4)}",
         _num(models["fm"]["ne"], 4),
-        f"{_num(gap['ne'], 4)} {_ci(gap['ci95'], 4)}",
+        f"{_num(gap['ne'], 4)} {_ci(gap['ci95'], 4)} {_verdict(gap['ci95'])}",
+        _gains(report),
         _num(bar["tr_kd"] if bar else None),
         *_bar_cells(bar),
         *_bar_cells(report.get("beats_kd_state_tier"))[1:2],
@@ -88,10 +112,11 @@ def _row(name: str, report: dict[str, Any]) -> str:
 
 
 HEADER = (
-    "| data | NE vm (fair / id-only) | NE fm | FM gain over vm [95 % CI] | TR kd (tuned) "
+    "| data | NE vm (fair / id-only) | NE fm | FM gain over vm [95 % CI] "
+    "| NE gain over vm: kd / served / served with state tier | TR kd (tuned) "
     "| TR served | h [95 % CI] | NE(kd) − NE(served) [paired 95 % CI] "
     "| h with the state tier [95 % CI] | within-tier TR: aggregate / item / state | commit |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 

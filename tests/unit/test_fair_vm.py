@@ -163,3 +163,13 @@ def test_live_ranker_refuses_a_fair_bundle_it_cannot_feed() -> None:
 
     with pytest.raises(StreamsError, match="SOLARIS_VM_USER_FEATURES=0"):
         RankerService(Settings(), None, FairScorer(), None, RankerOptions("g"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("interval", "verdict"),
+    [((0.01, 0.03), "positive"), ((-0.01, 0.03), "within noise"), ((-0.04, -0.01), "negative")],
+)
+def test_fm_gain_verdict_reads_the_interval(interval: tuple[float, float], verdict: str) -> None:
+    from models.evaluate import fm_gain_verdict
+
+    assert fm_gain_verdict(interval) == verdict

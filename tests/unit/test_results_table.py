@@ -46,7 +46,10 @@ def test_a_row_carries_every_figure_and_the_commit() -> None:
     text = table({"ml-x": _report()})
     header, rule, row = text.splitlines()
     assert header.count("|") == rule.count("|") == row.count("|")
-    assert row.startswith("| ml-x | 0.9500 / 0.9700 | 0.8500 | 0.1000 [0.0500, 0.1500] | 0.250 |")
+    assert row.startswith(
+        "| ml-x | 0.9500 / 0.9700 | 0.8500 | 0.1000 [0.0500, 0.1500] positive "
+        "| 0.0250 / 0.0500 / 0.0500 | 0.250 |"
+    )
     assert "0.333 [0.10, 0.50]" in row and "0.0123 [0.0020, 0.0200]" in row
     assert "0.600 [0.40, 0.80]" in row  # with the state tier
     assert "0.200 / 0.300 / 0.700" in row and row.endswith("| abcdef1 |")
