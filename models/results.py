@@ -104,7 +104,7 @@ def _row(name: str, report: dict[str, Any]) -> str:
         _gains(report),
         _num(bar["tr_kd"] if bar else None),
         *_bar_cells(bar),
-        *_bar_cells(report.get("beats_kd_state_tier"))[1:2],
+        *_bar_cells(report.get("beats_kd_state_tier"))[1:3],
         within,
         report.get("provenance", {}).get("commit", "unknown")[:7],
     ]
@@ -115,8 +115,9 @@ HEADER = (
     "| data | NE vm (fair / id-only) | NE fm | FM gain over vm [95 % CI] "
     "| NE gain over vm: kd / served / served with state tier | TR kd (tuned) "
     "| TR served | h [95 % CI] | NE(kd) − NE(served) [paired 95 % CI] "
-    "| h with the state tier [95 % CI] | within-tier TR: aggregate / item / state | commit |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| state tier: h [95 % CI] | state tier: NE(kd) − NE(served) [paired 95 % CI] "
+    "| within-tier TR: aggregate / item / state | commit |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
