@@ -28,6 +28,19 @@ def _sorted_keys(group: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.n
     return order, dense.astype(np.int64) * span + (times[order] - t0 + 1), t0, span
 
 
+def _window_bounds(
+    group: np.ndarray, times: np.ndarray, window_ms: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ordered by (group, time) and, per ordered row, [start, end) of the same group's rows
+    in ``[t − window, t)`` (strictly earlier than t)."""
+    order, keys, t0, span = _sorted_keys(group, times)
+    base = keys - (times[order] - t0 + 1)  # group * span
+    lo_rel = np.clip(times[order] - window_ms - t0 + 1, 0, span - 1)
+    start = np.searchsorted(keys, base + lo_rel, side="left")
+    end = np.searchsorted(keys, keys, side="left")
+    return order, start, end
+
+
 def user_window_mean(
     users: np.ndarray, times: np.ndarray, vectors: np.ndarray, window_ms: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -38,13 +51,9 @@ def user_window_mean(
     n, d = vectors.shape
     if n == 0:
         return np.zeros((0, d), np.float32), np.zeros(0, np.int64)
-    order, keys, t0, span = _sorted_keys(users, times)
-    base = keys - (times[order] - t0 + 1)  # group * span
+    order, start, end = _window_bounds(users, times, window_ms)
     csum = np.zeros((n + 1, d), dtype=np.float64)
     csum[1:] = np.cumsum(vectors[order].astype(np.float64), axis=0)
-    lo_rel = np.clip(times[order] - window_ms - t0 + 1, 0, span - 1)
-    start = np.searchsorted(keys, base + lo_rel, side="left")
-    end = np.searchsorted(keys, keys, side="left")  # strictly earlier than t
     count = end - start
     mean = (csum[end] - csum[start]) / np.maximum(count, 1)[:, None]
     out = np.zeros((n, d), np.float32)
@@ -74,11 +83,7 @@ def user_similar_items_mean(
     n, d = vectors.shape
     if n == 0:
         return np.zeros((0, d), np.float32), np.zeros(0, np.int64)
-    order, keys, t0, span = _sorted_keys(users, times)
-    base = keys - (times[order] - t0 + 1)
-    lo_rel = np.clip(times[order] - window_ms - t0 + 1, 0, span - 1)
-    start = np.searchsorted(keys, base + lo_rel, side="left")
-    end = np.searchsorted(keys, keys, side="left")  # strictly earlier than t
+    order, start, end = _window_bounds(users, times, window_ms)
     unit = item_vectors[order].astype(np.float32)
     unit /= np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
     vec_sorted = vectors[order].astype(np.float32)
