@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from models.errors import InferenceError, InputError
-from models.features import Vocab, fm_history_inputs, vm_inputs
+from models.features import HistoryArrays, Vocab, fm_history_inputs, vm_inputs
 from models.features import cut_histories as cut_histories  # re-exported: serving's FM inputs
 from models.features import fm_batch_inputs as fm_batch_inputs
 from models.user_features import user_stream_inputs
@@ -375,7 +375,7 @@ class VMRunner:
         user_ids: np.ndarray,
         item_ids: np.ndarray,
         event_time_ms: np.ndarray,
-        histories: Sequence[UserHistory] | None = None,
+        histories: Sequence[HistoryArrays] | None = None,
     ) -> dict[str, np.ndarray]:
         users = _ids("user_ids", user_ids)
         b = users.shape[0]
@@ -398,7 +398,7 @@ class VMRunner:
         user_ids: np.ndarray,
         item_ids: np.ndarray,
         event_time_ms: np.ndarray,
-        histories: Sequence[UserHistory] | None = None,
+        histories: Sequence[HistoryArrays] | None = None,
     ) -> np.ndarray:
         inputs = self._base(user_ids, item_ids, event_time_ms, histories)
         if inputs["user"].shape[0] == 0:
@@ -430,7 +430,7 @@ class SolarisRunner(VMRunner):
         event_time_ms: np.ndarray,
         embeddings: np.ndarray,
         tiers: np.ndarray,
-        histories: Sequence[UserHistory] | None = None,
+        histories: Sequence[HistoryArrays] | None = None,
     ) -> np.ndarray:
         inputs = self._base(user_ids, item_ids, event_time_ms, histories)
         b = inputs["user"].shape[0]

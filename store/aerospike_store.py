@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,9 @@ class AerospikeStore:
         self._aero_exc = aero_exc
         self.namespace = namespace
         self.snapshot_chunk_bytes = snapshot_chunk_bytes
-        self._sets = {k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "snap", "snapc")}
+        self._sets = {
+            k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "hist", "snap", "snapc")
+        }
         self._client = client if client is not None else _connect(client_config(hosts, auth))
         #: Number of read round trips served (tests assert the reader's budget with it).
         self.round_trips = 0
@@ -189,6 +191,11 @@ class AerospikeStore:
             [(self._key("nb", str(r.user_id)), encode_neighbours(r)) for r in lists], ttl_ms
         )
 
+    def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
+        self._write_values(
+            [(self._key("hist", str(user)), value) for user, value in histories.items()], ttl_ms
+        )
+
     def _batch_read(
         self, keys: list[Key], bins: list[str], timeout_ms: float, max_retries: int
     ) -> list[dict[str, Any] | None]:
@@ -210,17 +217,13 @@ class AerospikeStore:
         keys = [self._key("pair", f"{u}:{i}") for u, i in batch.pairs]
         keys += [self._key("agg", str(u)) for u in batch.aggregates]
         keys += [self._key("nb", str(u)) for u in batch.neighbours]
+        keys += [self._key("hist", str(u)) for u in batch.histories]
         if not keys:
             return ReadResult()
         self.round_trips += 1
         found = self._batch_read(keys, [_BIN], timeout_ms, max_retries=0)
         values = [_bytes(bins.get(_BIN)) if bins else None for bins in found]
-        n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
-        return ReadResult(
-            pairs=values[:n_pairs],
-            aggregates=values[n_pairs : n_pairs + n_aggs],
-            neighbours=values[n_pairs + n_aggs :],
-        )
+        return ReadResult.split(batch, values)
 
     def _chunk_key(self, name: str, index: int) -> Key:
         return self._key("snapc", f"{name}/{index}")

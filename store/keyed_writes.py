@@ -1,9 +1,9 @@
 """The record → (key, value bytes) writes shared by the key-value backends (Redis, Redis Cluster):
-a backend supplies ``layout`` and ``_write(items, ttl_ms)``, this supplies the three writes."""
+a backend supplies ``layout`` and ``_write(items, ttl_ms)``, this supplies the four writes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.keys import KeyLayout
@@ -11,7 +11,7 @@ from store.values import encode_aggregate, encode_neighbours, encode_pairs
 
 
 class KeyedWrites:
-    """Mixin: ``write_pairs``/``write_aggregates``/``write_neighbours`` through ``_write``."""
+    """Mixin: ``write_pairs``/``_aggregates``/``_neighbours``/``_histories`` through ``_write``."""
 
     layout: KeyLayout
 
@@ -29,3 +29,7 @@ class KeyedWrites:
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
         nb = self.layout.neighbours
         self._write([(nb(r.user_id), encode_neighbours(r)) for r in lists], ttl_ms)
+
+    def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
+        h = self.layout.history
+        self._write([(h(user), value) for user, value in histories.items()], ttl_ms)

@@ -55,6 +55,9 @@ class KeyLayout:
     def neighbours(self, user_id: int) -> bytes:
         return f"{self.prefix}:{{u{user_id}}}:nb".encode()
 
+    def history(self, user_id: int) -> bytes:
+        return f"{self.prefix}:{{u{user_id}}}:h".encode()
+
 
 class PairGrid(Sequence[tuple[int, int]]):
     """Every ``(user, item)`` of ``users`` x ``items``, user-major, without building the tuples.

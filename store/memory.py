@@ -7,7 +7,7 @@ offline runs expire values exactly as event-time freshness would; the default is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.keys import KeyLayout
@@ -61,6 +61,10 @@ class InMemoryStore:
         for rec in lists:
             self._put(self.layout.neighbours(rec.user_id), encode_neighbours(rec), ttl_ms)
 
+    def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
+        h = self.layout.history
+        self._put_many([(h(user), value) for user, value in histories.items()], ttl_ms)
+
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         del timeout_ms  # in-process reads cannot block
         self.round_trips += 1
@@ -70,6 +74,7 @@ class InMemoryStore:
             pairs=[self._get(lay.pair(u, i), now) for u, i in batch.pairs],
             aggregates=[self._get(lay.aggregate(u), now) for u in batch.aggregates],
             neighbours=[self._get(lay.neighbours(u), now) for u in batch.neighbours],
+            histories=[self._get(lay.history(u), now) for u in batch.histories],
         )
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:

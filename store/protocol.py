@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -11,14 +11,16 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
-    """Everything one round trip fetches: pair keys, aggregate users, neighbour-list users."""
+    """Everything one round trip fetches: pair keys, aggregate users, neighbour-list users and
+    history users (a fair VM's streaming features), in that order."""
 
     pairs: Sequence[tuple[int, int]] = ()
     aggregates: Sequence[int] = ()
     neighbours: Sequence[int] = ()
+    histories: Sequence[int] = ()
 
     def size(self) -> int:
-        return len(self.pairs) + len(self.aggregates) + len(self.neighbours)
+        return len(self.pairs) + len(self.aggregates) + len(self.neighbours) + len(self.histories)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +34,20 @@ class ReadResult:
     pairs: list[bytes | None] = field(default_factory=list)
     aggregates: list[bytes | None] = field(default_factory=list)
     neighbours: list[bytes | None] = field(default_factory=list)
+    histories: list[bytes | None] = field(default_factory=list)
+
+    @classmethod
+    def split(cls, batch: ReadBatch, values: list[bytes | None]) -> ReadResult:
+        """Cut one flat list of values, in :class:`ReadBatch` order, into its four parts."""
+        a = len(batch.pairs)
+        b = a + len(batch.aggregates)
+        c = b + len(batch.neighbours)
+        return cls(values[:a], values[a:b], values[b:c], values[c:])
 
 
 @runtime_checkable
 class FeatureStore(Protocol):
-    """A keyed store of pair embeddings, user aggregates and neighbour lists.
+    """A keyed store of pair embeddings, user aggregates, neighbour lists and user histories.
 
     Contract (all backends):
     - Writes are blocking, idempotent by key (last write wins) and set a physical TTL; a batch
@@ -53,6 +64,10 @@ class FeatureStore(Protocol):
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None: ...
 
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None: ...
+
+    def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
+        """Users' encoded histories (:func:`store.history_values.encode_history`) by user id."""
+        ...
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult: ...
 

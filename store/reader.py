@@ -28,6 +28,7 @@ from schemas.limits import MIN_EVENT_TIME_MS
 from schemas.records import PairEmbedding
 from store.batch_decode import decode_many, decode_rows
 from store.errors import CorruptValue, StoreError, StoreTimeout
+from store.history_values import StoredHistory, decode_history
 from store.keys import PairGrid
 from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
@@ -49,6 +50,14 @@ class Lookup(NamedTuple):
     vectors: np.ndarray  #: float32 [n, dim]; zeros where missing
     tiers: np.ndarray  #: uint8 [n]; :class:`Tier` codes
     ages_ms: np.ndarray  #: int64 [n]; event-time age of the served value, -1 where missing
+
+
+class RequestFeatures(NamedTuple):
+    """What :meth:`FeatureReader.lookup_with_history` returns."""
+
+    lookup: Lookup
+    #: the user's stored history (empty when absent or corrupt); None when the read failed
+    history: StoredHistory | None
 
 
 class ColdStartIndex(Protocol):
@@ -147,6 +156,31 @@ class FeatureReader:
 
         Blocks at most about ``deadline_ms`` (default from the config) in total; never raises.
         """
+        return self._lookup(user_id, item_ids, event_time_ms, deadline_ms, None)
+
+    def lookup_with_history(
+        self,
+        user_id: int,
+        item_ids: Sequence[int],
+        event_time_ms: int,
+        deadline_ms: float | None = None,
+    ) -> RequestFeatures:
+        """:meth:`lookup`, and the user's stored history from the same first round trip (what
+        a fair VM's streaming features are computed from). Never raises."""
+        box: list[StoredHistory] = []
+        found = self._lookup(user_id, item_ids, event_time_ms, deadline_ms, box)
+        return RequestFeatures(found, box[0] if box else None)
+
+    def _lookup(
+        self,
+        user_id: int,
+        item_ids: Sequence[int],
+        event_time_ms: int,
+        deadline_ms: float | None,
+        history: list[StoredHistory] | None,
+    ) -> Lookup:
+        """:meth:`lookup`; with ``history`` (a list), round 1 also reads the user's history and
+        appends it there (nothing is appended when the read fails)."""
         start = time.perf_counter()
         budget = self.config.deadline_ms if deadline_ms is None else deadline_ms
         self.stats.calls += 1
@@ -160,8 +194,8 @@ class FeatureReader:
         out = self._empty(len(items))
         self.stats.lookups += len(items)
         late = False
-        if items:
-            late = self._guarded_fill(user, items, t, budget, start, out)
+        if items or history is not None:
+            late = self._guarded_fill(user, items, t, budget, start, out, history)
         if late or (time.perf_counter() - start) * 1000.0 > budget:
             self.stats.timeouts += 1
         self.stats.tiers += np.bincount(out.tiers, minlength=len(Tier))
@@ -175,11 +209,18 @@ class FeatureReader:
         )
 
     def _guarded_fill(
-        self, user: int, items: list[int], t: int, budget: float, start: float, out: Lookup
+        self,
+        user: int,
+        items: list[int],
+        t: int,
+        budget: float,
+        start: float,
+        out: Lookup,
+        history: list[StoredHistory] | None = None,
     ) -> bool:
         """Run :meth:`_fill`; translate every failure into counted missing. True = deadline hit."""
         try:
-            return self._fill(user, items, t, budget, start, out)
+            return self._fill(user, items, t, budget, start, out, history)
         except StoreTimeout:
             return True
         except StoreError as exc:
@@ -191,6 +232,8 @@ class FeatureReader:
             out.vectors[:] = 0.0  # a half-filled row must not pass for a served value
             out.tiers[:] = Tier.MISSING
             out.ages_ms[:] = -1
+            if history:
+                history.clear()  # the read did not complete: say so, not "no history"
         return False
 
     def _fresh(
@@ -202,7 +245,14 @@ class FeatureReader:
         return ok
 
     def _fill(
-        self, user: int, items: list[int], t: int, budget: float, start: float, out: Lookup
+        self,
+        user: int,
+        items: list[int],
+        t: int,
+        budget: float,
+        start: float,
+        out: Lookup,
+        history: list[StoredHistory] | None = None,
     ) -> bool:
         """Round 1 (own keys), then the neighbours' values if budget is left. True = deadline hit.
 
@@ -219,10 +269,15 @@ class FeatureReader:
                 pairs=PairGrid((user, *hint) if hint_pairs else (user,), items),
                 aggregates=(user, *hint),
                 neighbours=(user,),
+                histories=(user,) if history is not None else (),
             ),
             timeout_ms=budget,
         )
         self.stats.round_trips += 1
+        if history is not None:
+            history.append(self._history(res.histories[0]))
+        if not items:
+            return False
         rest = self._fill_exact(res.pairs[:n] if hint_pairs else res.pairs, t, out)
         if not rest.any():
             return False
@@ -268,6 +323,16 @@ class FeatureReader:
         self._hints.move_to_end(user)
         if len(self._hints) > self.config.neighbour_hints:
             self._hints.popitem(last=False)
+
+    def _history(self, raw: bytes | None) -> StoredHistory:
+        """The user's history; absent or corrupt (counted) reads as empty, a new user's."""
+        if raw is None:
+            return StoredHistory.empty()
+        try:
+            return decode_history(raw)
+        except CorruptValue:
+            self.stats.corrupt_values += 1
+            return StoredHistory.empty()
 
     def _fresh_one(self, raw: bytes | None, t: int, ttl: int) -> StoredVector | None:
         """One value (the user's aggregate), if valid and fresh: :meth:`_fresh` and

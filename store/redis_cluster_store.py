@@ -54,13 +54,14 @@ log = logging.getLogger(__name__)
 
 
 def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
-    """The keys one read of ``batch`` fetches, in result order (pairs, aggregates, neighbours)."""
+    """The keys one read of ``batch`` fetches, in result order (:class:`ReadBatch` order)."""
     keys: list[bytes] = []
     # pairs come grouped by user (see RedisStore.keys_for): one format call per run of a user
     for user, run in groupby(batch.pairs, key=itemgetter(0)):
         keys.extend(layout.pairs(user, [i for _, i in run]))
     keys.extend(layout.aggregate(u) for u in batch.aggregates)
     keys.extend(layout.neighbours(u) for u in batch.neighbours)
+    keys.extend(layout.history(u) for u in batch.histories)
     return keys
 
 
@@ -84,6 +85,7 @@ def batch_slots(layout: KeyLayout, batch: ReadBatch) -> list[int]:
         slots.extend([slot(user)] * sum(1 for _ in run))
     slots.extend(slot(u) for u in batch.aggregates)
     slots.extend(slot(u) for u in batch.neighbours)
+    slots.extend(slot(u) for u in batch.histories)
     return slots
 
 
@@ -231,12 +233,7 @@ class RedisClusterStore(KeyedWrites):
             ) from exc
         except _CLIENT_ERRORS as exc:
             raise StoreUnavailable(f"redis cluster read failed: {exc}") from exc
-        n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
-        return ReadResult(
-            pairs=values[:n_pairs],
-            aggregates=values[n_pairs : n_pairs + n_aggs],
-            neighbours=values[n_pairs + n_aggs :],
-        )
+        return ReadResult.split(batch, values)
 
     def _mget_by_slot(
         self,

@@ -126,6 +126,7 @@ class RedisStore(KeyedWrites):
                 keys.extend(lay.pairs(user, [i for _, i in run]))
         keys.extend(lay.aggregate(u) for u in batch.aggregates)
         keys.extend(lay.neighbours(u) for u in batch.neighbours)
+        keys.extend(lay.history(u) for u in batch.histories)
         return keys
 
     def _pack(self, batch: ReadBatch) -> bytes:
@@ -138,6 +139,7 @@ class RedisStore(KeyedWrites):
         parts = [pack_headed_keys(lay.pair_head(u), pairs.items) for u in pairs.users]
         parts.append(pack_keys([lay.aggregate(u) for u in batch.aggregates]))
         parts.append(pack_keys([lay.neighbours(u) for u in batch.neighbours]))
+        parts.append(pack_keys([lay.history(u) for u in batch.histories]))
         return b"".join(parts)
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
@@ -149,12 +151,7 @@ class RedisStore(KeyedWrites):
         pool = self._read_pool()
         self.round_trips += 1
         values = pool.mget_packed(mget_header(n_keys) + body, n_keys, deadline)
-        n_pairs, n_aggs = len(batch.pairs), len(batch.aggregates)
-        return ReadResult(
-            pairs=values[:n_pairs],
-            aggregates=values[n_pairs : n_pairs + n_aggs],
-            neighbours=values[n_pairs + n_aggs :],
-        )
+        return ReadResult.split(batch, values)
 
     def ping(self) -> bool:
         try:

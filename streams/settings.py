@@ -207,6 +207,12 @@ class Settings(BaseSettings):
         description="Max age of a neighbour's aggregate in the neighbour tier.",
     )
     neighbour_ttl_ms: int = Field(24 * HOUR_MS, gt=0, description="Freshness TTL of neighbours.")
+    history_store_ttl_ms: int = Field(
+        30 * 24 * HOUR_MS,
+        gt=0,
+        description="Store TTL of a user's history (a fair VM's streaming features; written only "
+        "when the bundle's vm_solaris reads them): a user idle longer looks new to the ranker.",
+    )
     read_deadline_ms: float = Field(20.0, gt=0, description="Ranker read deadline per request.")
     reader_neighbour_hints: int = Field(
         0,
@@ -225,8 +231,8 @@ class Settings(BaseSettings):
         False,
         description="Train the ranking VMs (vm, vm_kd, vm_solaris) as the fair VM: they also read "
         "streaming user features from the last-L history (models.user_features); the id-only VM "
-        "is reported as vm_id_only and stays the verifier. evaluate honours it now; the live "
-        "ranker refuses such a bundle until it reads those features from the store.",
+        "is reported as vm_id_only and stays the verifier. Live, the history agent then writes "
+        "each user's history to the store and the ranker reads it in the same round trip.",
     )
     embed_batch_size: int = Field(
         128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."

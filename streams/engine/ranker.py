@@ -7,18 +7,27 @@ measured where it matters, at ranking time.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from models.features import HistoryArrays
 from schemas.records import RequestEvent
+from store.history_values import StoredHistory
 from store.reader import FeatureReader
 from store.tiers import Tier
 
 
 class SolarisScorer(Protocol):
-    """``vm_solaris`` (ONNX): VM features + FM embedding + one-hot tier. Blocking, batched."""
+    """``vm_solaris`` (ONNX): VM features + FM embedding + one-hot tier. Blocking, batched.
+
+    A *fair* one (an attribute ``user_features`` that is True) also reads each row's user
+    history (oldest first, any length: the scorer cuts it before the row's event time), from
+    which it computes the streaming user features a production VM has without the FM
+    (``models.user_features``); other scorers need not accept ``histories``.
+    """
 
     def score(
         self,
@@ -27,9 +36,15 @@ class SolarisScorer(Protocol):
         event_time_ms: np.ndarray,
         embeddings: np.ndarray,
         tiers: np.ndarray,
+        histories: Sequence[HistoryArrays] | None = None,
     ) -> np.ndarray:
         """Probabilities float32 ``[B]``."""
         ...
+
+
+def reads_history(scorer: object) -> bool:
+    """The scorer computes streaming user features, so the ranker must read the history."""
+    return bool(getattr(scorer, "user_features", False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +59,8 @@ class RankResult:
     read_ms: float  #: wall time of the lookup
     #: the lookup hit store trouble (timeout, store error, internal error) and served missing
     read_failed: bool = False
+    #: the user's stored history, read in the same round trip when the scorer needs it
+    history: StoredHistory | None = None
 
 
 def needs_baseline(result: RankResult) -> bool:
@@ -65,24 +82,38 @@ def rank(
     scorer: SolarisScorer | None = None,
     deadline_ms: float | None = None,
 ) -> RankResult:
-    """Look up the request's candidates and score them (if ``scorer``)."""
+    """Look up the request's candidates and score them (if ``scorer``).
+
+    A scorer with streaming user features gets the user's history from the same round trip
+    (an empty one, as for a new user, when the read failed: the ranker then serves the plain VM
+    anyway, see :func:`needs_baseline`).
+    """
     items = np.asarray(request.candidates, np.int64)
     troubles = _troubles(reader)
     start = time.perf_counter()
-    vectors, tiers, ages = reader.lookup(
-        request.user_id, request.candidates, request.event_time_ms, deadline_ms
-    )
+    history: StoredHistory | None = None
+    if reads_history(scorer):
+        found = reader.lookup_with_history(
+            request.user_id, request.candidates, request.event_time_ms, deadline_ms
+        )
+        (vectors, tiers, ages), history = found.lookup, found.history
+    else:
+        vectors, tiers, ages = reader.lookup(
+            request.user_id, request.candidates, request.event_time_ms, deadline_ms
+        )
     read_ms = (time.perf_counter() - start) * 1000.0
     read_failed = _troubles(reader) > troubles
     scores = np.zeros(0, np.float32)
     if scorer is not None and len(items):
         n = len(items)
+        user_history = history if history is not None else StoredHistory.empty()
         scores = scorer.score(
             np.full(n, request.user_id, np.int64),
             items,
             np.full(n, request.event_time_ms, np.int64),
             vectors,
             tiers,
+            **({"histories": [user_history] * n} if reads_history(scorer) else {}),
         )
     return RankResult(
         request.request_id,
@@ -94,6 +125,7 @@ def rank(
         ages,
         read_ms,
         read_failed,
+        history,
     )
 
 

@@ -39,7 +39,6 @@ from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
 from streams.engine.ranker import SolarisScorer, needs_baseline, rank
 from streams.engine.verifier import PairScorer
-from streams.errors import StreamsError
 from streams.kafka_clients import make_consumer, make_producer
 from streams.live import metrics
 from streams.live.quality import QualityMeter
@@ -62,16 +61,6 @@ class RankerOptions:
     exit_when_idle_s: float | None = None
 
 
-def _refuse_unfed_scorer(scorer: SolarisScorer | None) -> None:
-    """A fair vm_solaris needs the user's history, which the live ranker does not read yet."""
-    if scorer is not None and getattr(scorer, "user_features", False):
-        raise StreamsError(
-            "this bundle's vm_solaris reads streaming user features (built with "
-            "SOLARIS_VM_USER_FEATURES=1), which the live ranker does not read from the store "
-            "yet: serve a bundle built with SOLARIS_VM_USER_FEATURES=0"
-        )
-
-
 class RankerService:
     def __init__(
         self,
@@ -82,7 +71,6 @@ class RankerService:
         options: RankerOptions,
         vm: PairScorer | None = None,
     ) -> None:
-        _refuse_unfed_scorer(scorer)
         self.settings = settings
         self.reader = reader
         self.scorer = scorer

@@ -24,6 +24,8 @@ class SimConfig:
     history_len: int = 20
     aggregate_window_ms: int = 24 * HOUR_MS
     aggregate_bucket_ms: int = HOUR_MS
+    #: store TTL of user histories (written when vm_solaris reads streaming user features)
+    history_store_ttl_ms: int = 30 * 24 * HOUR_MS
     #: impressions at or after this event time are the test period (NE/AUC); None = no eval
     test_start_ms: int | None = None
 
@@ -54,5 +56,6 @@ def sim_config_from_settings(
         reader=reader_config(settings, dim, model_version),
         history_len=settings.history_len,
         aggregate_window_ms=settings.aggregate_window_ms,
+        history_store_ttl_ms=settings.history_store_ttl_ms,
         test_start_ms=test_start_ms,
     )

@@ -15,7 +15,7 @@ import numpy as np
 from store.tiers import TIER_NAMES, Tier
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import UserHistory
-from streams.engine.ranker import SolarisScorer
+from streams.engine.ranker import SolarisScorer, reads_history
 from streams.engine.verifier import PairScorer
 
 
@@ -98,7 +98,10 @@ class EvalRows:
             p_vm[s:e] = vm.score(users[s:e], items[s:e], times[s:e])
             _, logits = fm.embed(users[s:e], items[s:e], times[s:e], self.histories[s:e])
             p_fm[s:e] = 1.0 / (1.0 + np.exp(-logits))
-            p_sol[s:e] = solaris.score(users[s:e], items[s:e], times[s:e], vectors[s:e], tiers[s:e])
+            fair = {"histories": self.histories[s:e]} if reads_history(solaris) else {}
+            p_sol[s:e] = solaris.score(
+                users[s:e], items[s:e], times[s:e], vectors[s:e], tiers[s:e], **fair
+            )
         return Predictions(np.asarray(self.labels, np.int8), tiers, p_vm, p_fm, p_sol)
 
     def score(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from schemas.records import ImpressionEvent, RequestEvent
+from store.history_values import encode_history
 from store.memory import InMemoryStore
 from store.protocol import FeatureStore
 from store.reader import FeatureReader
@@ -25,7 +26,7 @@ from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.history import HistoryBook
 from streams.engine.models import EngineModels
 from streams.engine.neighbours import RefreshClock, refresh
-from streams.engine.ranker import rank
+from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
 from streams.engine.steps.embed import embed_input
 from streams.engine.steps.history import observe_impression
@@ -55,6 +56,8 @@ class Simulator:
         offline = dataclasses.replace(config.reader, deadline_ms=OFFLINE_DEADLINE_MS)
         self.reader = FeatureReader(self.store, offline)
         self.history = HistoryBook(capacity=2 * config.history_len)
+        #: vm_solaris computes streaming user features: keep each user's history in the store
+        self.store_histories = reads_history(models.solaris)
         self.stages = build_stages(
             config.speculator,
             config.verifier,
@@ -156,7 +159,12 @@ class Simulator:
 
     def on_impression(self, imp: ImpressionEvent) -> None:
         u = imp.user_id
-        observe_impression(self.history.mutable(u), imp, self.history.capacity, self.lookahead)
+        entries = self.history.mutable(u)
+        observe_impression(entries, imp, self.history.capacity, self.lookahead)
+        if self.store_histories:  # what the live history agent writes for the ranker
+            self.store.write_histories(
+                {u: encode_history(entries)}, self.config.history_store_ttl_ms
+            )
         pending = self._pending.get(imp.request_id)
         if pending is None:
             return

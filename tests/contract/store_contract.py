@@ -10,6 +10,7 @@ import pytest
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
+from store.history_values import decode_history, encode_history
 from store.protocol import FeatureStore, ReadBatch
 from store.values import decode_neighbours, decode_vector, version_tag
 
@@ -74,6 +75,17 @@ class StoreContract:
         got_nb = decode_neighbours(res.neighbours[0])
         assert got_nb.user_ids.tolist() == [6, 7]
         np.testing.assert_allclose(got_nb.weights, [0.9, 0.5], rtol=1e-6)
+
+    def test_history_reads_with_the_users_embeddings_in_one_read(self, store: FeatureStore) -> None:
+        """A fair VM's history comes back in the same read as the user's vectors, aligned."""
+        entries = [(11, 1, T0 - 3000), (12, 0, T0 - 2000), (11, 0, T0 - 1000)]
+        store.write_pairs([pair(8, 80)], HOUR)
+        store.write_histories({8: encode_history(entries)}, HOUR)
+        res = store.read(ReadBatch(pairs=[(8, 80)], aggregates=[8], histories=[9, 8]), 500)
+        assert res.pairs[0] is not None and res.aggregates == [None]
+        assert res.histories[0] is None and res.histories[1] is not None
+        got = decode_history(res.histories[1])
+        assert list(zip(got.items, got.labels, got.times_ms, strict=True)) == entries
 
     def test_empty_batch_reads_nothing(self, store: FeatureStore) -> None:
         res = store.read(ReadBatch(), 500)

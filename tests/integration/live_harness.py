@@ -36,6 +36,9 @@ TINY_TRAIN = TrainConfig(
     lags_ms=(0, 600_000),
     serving_lag_ms=600_000,
     bootstrap_replicates=20,
+    #: the fair VM: the live ranker reads each user's history from the store in its one round
+    #: trip, so the parity tests check those features end to end
+    vm_user_features=True,
 )
 
 

@@ -87,7 +87,7 @@ def clean_up(settings: Settings) -> None:
     import redis
 
     with contextlib.suppress(Exception), aerospike_client(settings) as client:
-        for kind in (*VALUE_SETS, "nb", "snap", "snapc"):
+        for kind in (*VALUE_SETS, "nb", "hist", "snap", "snapc"):
             client.truncate(settings.aerospike_namespace, f"{settings.key_prefix}_{kind}", 0)
     stats = redis.Redis.from_url(settings.store_url)
     try:

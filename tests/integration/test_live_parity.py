@@ -237,6 +237,15 @@ def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> 
         )
         assert len(want) >= 5
 
+    # 4. Every user's stored history (the fair vm_solaris's streaming features) is the
+    # simulator's, byte for byte.
+    assert live.user_histories.keys() == offline.user_histories.keys()
+    differ = [
+        k for k in offline.user_histories if live.user_histories[k] != offline.user_histories[k]
+    ]
+    assert not differ, f"{len(differ)} stored histories differ, e.g. {differ[0]!r}"
+    assert len(offline.user_histories) >= 5
+
 
 def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -> None:
     """Live NE (the scores topic joined to impressions) against the simulator's evaluation rows.
@@ -260,8 +269,11 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     offline_ne = ev.score(models.vm, models.fm, models.solaris)
     users, items, times = (np.asarray(x, np.int64) for x in (ev.users, ev.items, ev.times))
     p_sim = models.solaris.score(
-        users, items, times, np.stack(ev.vectors), np.asarray(ev.tiers, np.uint8)
+        users, items, times, np.stack(ev.vectors), np.asarray(ev.tiers, np.uint8), ev.histories
     )
+    # the bundle's vm_solaris is the fair VM: the ranker computed its streaming user features
+    # from the history it read from the store, the simulator from its own history book
+    assert getattr(models.solaris, "user_features", False)
     offline = {
         (u, i, t, y): (k, p)
         for u, i, t, y, k, p in zip(

@@ -81,11 +81,13 @@ class RecordingFM:
 
 @dataclass(frozen=True)
 class Values:
-    """Histories of embedded pairs and the stored pair / aggregate values, by store key."""
+    """Histories of embedded pairs and the stored pair / aggregate / history values, by key."""
 
     histories: dict[PairKey, History]
     pairs: dict[bytes, bytes]
     aggregates: dict[bytes, bytes]
+    #: each user's stored history (the fair VM's streaming features), by store key
+    user_histories: dict[bytes, bytes]
 
 
 def simulated_values(
@@ -105,6 +107,7 @@ def simulated_values(
         fm.histories,
         {k: v for k, v in store.written.items() if b":p:" in k},
         {k: v for k, v in store.written.items() if k.endswith(b":agg")},
+        {k: v for k, v in store.written.items() if k.endswith(b":h")},
     )
 
 
@@ -143,6 +146,7 @@ def live_values(settings: Settings) -> Values:
         histories,
         {k: v for k, v in values.items() if b":p:" in k and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":h") and v is not None},
     )
 
 

@@ -153,16 +153,52 @@ def test_bundle_serves_the_fair_vm_solaris_with_training_features(
         bundle.solaris.score(users, items, times, np.zeros((n, dim), np.float32), tiers)
 
 
-def test_live_ranker_refuses_a_fair_bundle_it_cannot_feed() -> None:
-    from streams.errors import StreamsError
-    from streams.live.ranker_service import RankerOptions, RankerService
-    from streams.settings import Settings
+def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
+    impressions: Impressions, run: SeedRun, tmp_path: Path
+) -> None:
+    """The engine's ranker reads the user's stored history in its one round trip and scores
+    exactly as the bundle's vm_solaris does fed that history directly (the simulator's path)."""
+    from models.builder import json_safe, write_bundle
+    from models.bundle import load_bundle
+    from schemas.records import RequestEvent
+    from store.history_values import encode_history
+    from store.memory import InMemoryStore
+    from store.reader import FeatureReader, ReaderConfig
+    from streams.engine.ranker import rank
 
-    class FairScorer:
-        user_features = True
-
-    with pytest.raises(StreamsError, match="SOLARIS_VM_USER_FEATURES=0"):
-        RankerService(Settings(), None, FairScorer(), None, RankerOptions("g"))  # type: ignore[arg-type]
+    report = json_safe(evaluate_runs("taste", impressions, [run], FAIR))
+    write_bundle([run], report, FAIR, tmp_path, "f" * 20, {"dataset": "taste"})
+    bundle = load_bundle(tmp_path)
+    # the taste world's clock starts at 0; the store holds only real event times, so shift by
+    # whole weeks (the VM's hour and weekday features stay the same)
+    week = 7 * 86_400_000
+    times = impressions.event_time_ms + 1_044 * week
+    row = int(run.split.test[len(run.split.test) // 2])
+    user, t = int(impressions.user_id[row]), int(times[row])
+    mine = np.flatnonzero(impressions.user_id == user)
+    mine = mine[np.argsort(times[mine], kind="stable")]
+    entries = [
+        (int(impressions.item_id[j]), int(impressions.label[j]), int(times[j])) for j in mine
+    ]
+    assert sum(1 for e in entries if e[2] < t) >= 3  # the user has a history before t
+    store = InMemoryStore(clock_ms=lambda: t)
+    store.write_histories({user: encode_history(entries)}, 3_600_000)
+    items = tuple(int(i) for i in np.unique(impressions.item_id)[:20])
+    reader = FeatureReader(store, ReaderConfig(dim=FAIR.embedding_dim))
+    res = rank(RequestEvent("r", user, t, "feed", items), reader, bundle.solaris)
+    assert store.round_trips == 1 and res.history is not None and len(res.history) == len(mine)
+    n = len(items)
+    args = (
+        np.full(n, user, np.int64),
+        np.asarray(items, np.int64),
+        np.full(n, t, np.int64),
+        np.zeros((n, FAIR.embedding_dim), np.float32),
+        np.full(n, TIER_MISSING, np.int64),
+    )
+    direct = UserHistory(impressions.item_id[mine], impressions.label[mine], times[mine])
+    np.testing.assert_array_equal(res.scores, bundle.solaris.score(*args, [direct] * n))
+    # ... and the history matters: as a new user the same candidates score otherwise
+    assert not np.allclose(res.scores, bundle.solaris.score(*args, [UserHistory.empty()] * n))
 
 
 @pytest.mark.parametrize(

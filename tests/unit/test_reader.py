@@ -343,3 +343,46 @@ def test_a_changed_neighbour_list_is_read_in_a_second_round(store: InMemoryStore
     store.write_aggregates([agg(1, T0, 0.5)], HOUR)  # fresh again: no neighbours, hint dropped
     assert r.lookup(1, items, T0 + 1).tiers.tolist()[3:] == [Tier.AGGREGATE] * 7
     assert 1 not in r._hints
+
+
+def test_history_comes_with_round_one_and_the_same_tiers(store: InMemoryStore) -> None:
+    """A fair VM's history costs no extra round trip and changes nothing else."""
+    from store.history_values import encode_history
+
+    store.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
+    store.write_aggregates([agg(1, T0, 0.25)], HOUR)
+    store.write_histories({1: encode_history([(10, 1, T0 - 5), (12, 0, T0)])}, HOUR)
+    plain = reader(store).lookup(1, [10, 11], T0 + 1000)
+    before = store.round_trips
+    found = reader(store).lookup_with_history(1, [10, 11], T0 + 1000)
+    assert store.round_trips - before == 1
+    assert found.lookup.tiers.tolist() == plain.tiers.tolist()
+    np.testing.assert_array_equal(found.lookup.vectors, plain.vectors)
+    assert found.history is not None
+    assert found.history.items.tolist() == [10, 12] and found.history.labels.tolist() == [1, 0]
+    # a user without a stored history reads as new: empty, not failed
+    other = reader(store).lookup_with_history(2, [10], T0 + 1000)
+    assert other.history is not None and len(other.history) == 0
+
+
+def test_corrupt_history_is_counted_and_read_as_empty(store: InMemoryStore) -> None:
+    from store.history_values import encode_history
+
+    raw = bytearray(encode_history([(10, 1, T0)]))
+    raw[3] ^= 1
+    store.write_histories({1: bytes(raw)}, HOUR)
+    r = reader(store)
+    found = r.lookup_with_history(1, [10], T0 + 1000)
+    assert found.history is not None and len(found.history) == 0
+    assert r.stats.corrupt_values == 1
+
+
+def test_failed_read_says_so_instead_of_serving_an_empty_history() -> None:
+    class Down(InMemoryStore):
+        def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+            raise StoreUnavailable("down")
+
+    r = reader(Down())
+    found = r.lookup_with_history(1, [10, 11], T0)
+    assert found.history is None and r.stats.store_errors == 1
+    assert found.lookup.tiers.tolist() == [Tier.MISSING, Tier.MISSING]

@@ -1,4 +1,6 @@
-"""impressions → history table (the FM's input) and look-ahead counts."""
+"""impressions → history table (the FM's input) and look-ahead counts; with a fair
+``vm_solaris`` (it reads streaming user features), each batch's changed histories also go to the
+store, in one write before the table is saved (a crash in between rewrites the same values)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ from typing import Any
 import faust
 
 from schemas.records import ImpressionEvent
+from store.history_values import encode_history
+from streams.engine.ranker import reads_history
 from streams.engine.steps.history import observe_impression
 from streams.live.agents.context import AgentContext
+from streams.live.retry import write_with_retry
 from streams.live.state import BatchState, history_from_table, history_to_table
 
 
@@ -16,6 +21,8 @@ def register(ctx: AgentContext) -> None:
     history = ctx.tables["history"]
     capacity = 2 * ctx.settings.history_len
     lookahead = ctx.parts.stages.lookahead
+    store, ttl_ms = ctx.parts.store, ctx.settings.history_store_ttl_ms
+    to_store = reads_history(ctx.parts.models.solaris)
 
     async def on_batch(events: list[Any]) -> None:
         """Every impression in event order; each user's history is written once per batch."""
@@ -29,6 +36,9 @@ def register(ctx: AgentContext) -> None:
                 entries = list(state.get(rec.user_id))
                 observe_impression(entries, rec, capacity, lookahead)
                 state.put(rec.user_id, entries, event)
+        if to_store and state.changed:
+            values = {user: encode_history(state.values[user]) for user in state.changed}
+            await write_with_retry("write_histories", lambda: store.write_histories(values, ttl_ms))
         state.save()
 
     @ctx.app.agent(ctx.topics["impressions"], concurrency=1, name="history")
