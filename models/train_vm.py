@@ -164,6 +164,7 @@ def build_vm(
     gp: GridPoint,
     train: VMData,
     fm_head: FMHead | None = None,
+    base: VerticalModel | None = None,
 ) -> VerticalModel:
     model = VerticalModel(
         n_users,
@@ -177,6 +178,7 @@ def build_vm(
         gp.id_dropout,
         cfg.vm_emb_proj_dim,
         spec.user_features,
+        copy.deepcopy(base) if base is not None and spec.embedding else None,
     )
     logit_stats = None
     if spec.fm_logit and train.fm_logit is not None:
@@ -216,13 +218,16 @@ def fit_vm(
     valid: VMData | None,
     seed: int,
     fm_head: FMHead | None = None,
+    base: VerticalModel | None = None,
 ) -> tuple[VerticalModel, int, float]:
     """Train one VM. With ``valid``: early stopping, returns (model, best epochs, valid logloss);
-    without: exactly ``gp.epochs`` epochs."""
+    without: exactly ``gp.epochs`` epochs. ``base``: see :class:`VerticalModel` (embedding
+    variants only; trained as a frozen part)."""
     seed_everything(seed, cfg.threads)
     rng = np.random.default_rng(seed + 1)
-    model = build_vm(spec, cfg, n_users, n_items, gp, train, fm_head)
-    opt = torch.optim.Adam(model.parameters(), lr=gp.lr, weight_decay=gp.weight_decay)
+    model = build_vm(spec, cfg, n_users, n_items, gp, train, fm_head, base)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(trainable, lr=gp.lr, weight_decay=gp.weight_decay)
     y = torch.from_numpy(train.label.astype(np.float32))
     teacher = None
     kd_weight, kd_temp = kd_point(cfg, gp)
@@ -293,7 +298,7 @@ def _extreme_tier_loss(
         loss = loss + cfg.vm_exact_weight * loss_fn(
             model(**{k: v[b] for k, v in exact_inputs.items()}), y
         )
-    if cfg.vm_missing_weight > 0:
+    if cfg.vm_missing_weight > 0 and model.base is None:  # a residual model IS the base there
         batch = {k: v[b] for k, v in inputs.items()}
         batch["embedding"] = torch.zeros_like(batch["embedding"])
         batch["tier"] = torch.full_like(batch["tier"], TIER_MISSING)
@@ -337,18 +342,21 @@ def tune_vm(
     fixed: GridPoint | None = None,
     fm_head: FMHead | None = None,
     candidates: list[GridPoint] | None = None,
+    base: VerticalModel | None = None,
 ) -> tuple[VerticalModel, GridPoint]:
     """Search ``candidates`` (default: the full grid) on (train, valid) unless ``fixed`` is
     given, then refit the best point on train ∪ valid for its best epoch count."""
     if fixed is None:
         scored = []
         for gp in candidates or grid(cfg):
-            _, epochs, ll = fit_vm(spec, cfg, n_users, n_items, gp, train, valid, seed, fm_head)
+            _, epochs, ll = fit_vm(
+                spec, cfg, n_users, n_items, gp, train, valid, seed, fm_head, base
+            )
             scored.append((ll, replace(gp, epochs=epochs)))
             log.debug("%s %s valid logloss %.5f", spec.name, gp, ll)
         fixed = min(scored, key=lambda s: s[0])[1]
     full = _concat(train, valid)
-    model, _, _ = fit_vm(spec, cfg, n_users, n_items, fixed, full, None, seed, fm_head)
+    model, _, _ = fit_vm(spec, cfg, n_users, n_items, fixed, full, None, seed, fm_head, base)
     return model, fixed
 
 

@@ -17,6 +17,11 @@ variant also reads the cheap streaming user features of ``models.user_features``
 history statistics and the mean of its own item embeddings over the user's last engaged items,
 plus that vector's dot product with the candidate's. ``vm_id_only`` is the variant without them.
 
+With a ``base`` (``TrainConfig.vm_solaris_residual``), an embedding variant is the trained
+plain ``vm`` (frozen) plus a correction gated off on the missing tier: with every input
+missing it *is* the baseline VM, so a store outage or a new user can never score worse than
+the ranker a team had before SOLARIS (issue 22's degradation bar, by construction).
+
 Unseen ids map to the OOV slot (``models.features.OOV``); training replaces ids by OOV with
 probability ``id_dropout`` so that slot is trained for the test period's new users and items.
 Embedding inputs are standardised with the training set's statistics (buffers, so ONNX carries
@@ -53,8 +58,17 @@ class VerticalModel(nn.Module):
         id_dropout: float = 0.0,
         emb_proj_dim: int = 32,
         user_features: bool = False,
+        base: VerticalModel | None = None,
     ) -> None:
         super().__init__()
+        #: a trained VM without FM inputs, frozen: this model's logit is the base's plus a
+        #: correction that is exactly zero where the tier is missing (graceful degradation)
+        self.base = base
+        if base is not None:
+            if not embedding_dim or base.embedding_dim or base.fm_logit_input:
+                raise ValueError("a base VM goes under an embedding variant and reads no FM input")
+            base.requires_grad_(False)
+            base.eval()
         self.id_dropout = id_dropout
         self.user_features = user_features
         self.fm_logit_input = fm_logit_input
@@ -129,6 +143,7 @@ class VerticalModel(nn.Module):
         user_stats: torch.Tensor | None = None,  # float32 [B, N_USER_STATS]
         recent_pos: torch.Tensor | None = None,  # int64 [B, k] (0 = padding)
     ) -> torch.Tensor:
+        ids = (user, item)  # the base reads the ids as given (no dropout: it is fixed)
         if self.training and self.id_dropout > 0:
             user = torch.where(torch.rand(user.shape) < self.id_dropout, OOV, user)
             item = torch.where(torch.rand(item.shape) < self.id_dropout, OOV, item)
@@ -161,7 +176,19 @@ class VerticalModel(nn.Module):
             parts.append((score - self.score_stats[0]) / self.score_stats[1] * present)
             skip = skip + (score * self.tier_scale(tier)).squeeze(-1)
         x = torch.cat(parts, dim=1)
-        return self.mlp(x).squeeze(-1) + skip
+        out = self.mlp(x).squeeze(-1) + skip
+        if self.base is None:
+            return out
+        assert tier is not None  # checked above: a base only goes under an embedding variant
+        base = self.base(*ids, context, user_stats=user_stats, recent_pos=recent_pos)
+        return base + torch.where(tier == TIER_MISSING, torch.zeros_like(out), out)
+
+    def train(self, mode: bool = True) -> VerticalModel:
+        """The base stays in eval mode (no id dropout): it is a fixed, trained model."""
+        super().train(mode)
+        if self.base is not None:
+            self.base.eval()
+        return self
 
     def _user_parts(
         self, item_vec: torch.Tensor, user_stats: torch.Tensor, recent_pos: torch.Tensor

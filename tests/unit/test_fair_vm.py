@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from models.evaluate import evaluate_runs, markdown
 from models.experiment import Impressions, SeedRun, run_seed
@@ -209,3 +209,19 @@ def test_fm_gain_verdict_reads_the_interval(interval: tuple[float, float], verdi
     from models.evaluate import fm_gain_verdict
 
     assert fm_gain_verdict(interval) == verdict
+
+
+def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
+    impressions: Impressions, run: SeedRun
+) -> None:
+    """The degradation bar by construction: vm_solaris = frozen vm + a correction gated off on
+    the missing tier, so "every input missing" scores exactly as the plain (fair) VM, while
+    served tiers still move the scores."""
+    assert FAIR.vm_solaris_residual
+    solaris, vm = run.vms["vm_solaris"], run.vms["vm"]
+    assert solaris.base is not None
+    for p, q in zip(solaris.base.parameters(), vm.parameters(), strict=True):
+        assert torch.equal(p, q)  # the trained vm, untouched by vm_solaris's training
+    missing = run.test_probs["vm_solaris_missing@10m"]
+    np.testing.assert_allclose(missing, run.test_probs["vm"], atol=1e-6)
+    assert not np.allclose(run.test_probs["vm_solaris_served@10m"], run.test_probs["vm"], atol=1e-3)
