@@ -106,8 +106,9 @@ class TrainConfig:
     kd_temperatures: tuple[float, ...] = (1.0, 2.0)
     # The fair VM (issue 22): every ranking VM also reads the cheap streaming user features of
     # models.user_features; ``vm_id_only`` (user id, item id, context) is reported next to it.
-    # Off by default until the live ranker reads those features (the verifier stays id-only).
-    vm_user_features: bool = False
+    # On by default: the live ranker reads the user's history from the store in its one round
+    # trip (the verifier stays id-only).
+    vm_user_features: bool = True
     # Tier mix of the *offline* tier construction (exact, aggregate, neighbour_item,
     # neighbour_aggregate, missing): paper ≈ 40–50 % exact, 85–90 % with aggregates; §7
     # measured 0.36/0.70 (MovieLens) and 0.26/0.36 (Taobao). A tier that has no value for a pair
@@ -132,7 +133,7 @@ class TrainConfig:
         base: dict[str, Any] = {
             "embedding_dim": int(settings.embedding_dim),
             "history_len": int(settings.history_len),
-            "vm_user_features": bool(getattr(settings, "vm_user_features", False)),
+            "vm_user_features": bool(getattr(settings, "vm_user_features", True)),
         }
         base.update(overrides)
         return cls(**base)

@@ -228,7 +228,7 @@ class Settings(BaseSettings):
     embedding_dim: int = Field(64, gt=0, description="FM interaction-embedding dimension d.")
     history_len: int = Field(20, gt=0, description="Last-L interactions fed to the FM.")
     vm_user_features: bool = Field(
-        False,
+        True,
         description="Train the ranking VMs (vm, vm_kd, vm_solaris) as the fair VM: they also read "
         "streaming user features from the last-L history (models.user_features); the id-only VM "
         "is reported as vm_id_only and stays the verifier. Live, the history agent then writes "

@@ -81,6 +81,7 @@ def test_every_variant_predicts_every_test_row(run) -> None:  # type: ignore[no-
         "fm",
         "vm",
         "vm_kd",
+        "vm_id_only",  # the fair VM is the default: the id-only one is reported beside it
         "vm_solaris_kd@0",
         *(
             f"{v}@{lag}"
