@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 from models.evaluate import evaluate_runs, markdown
 from models.experiment import Impressions, SeedRun, run_seed
@@ -217,6 +217,8 @@ def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
     """The degradation bar by construction: vm_solaris = frozen vm + a correction gated off on
     the missing tier, so "every input missing" scores exactly as the plain (fair) VM, while
     served tiers still move the scores."""
+    import torch
+
     assert FAIR.vm_solaris_residual
     solaris, vm = run.vms["vm_solaris"], run.vms["vm"]
     assert solaris.base is not None
