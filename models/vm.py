@@ -41,6 +41,8 @@ from models.user_features import N_USER_STATS
 class VerticalModel(nn.Module):
     """``forward(...) -> logit [B]``. Extra inputs are ``None`` unless the variant uses them."""
 
+    embedding_dim: int
+    fm_logit_input: bool
     # buffers (registered in __init__ only for the variants that use them)
     logit_stats: torch.Tensor
     score_stats: torch.Tensor
