@@ -118,8 +118,8 @@ class TrainConfig:
     vm_emb_proj_dim: int = 32  # vm_solaris: the embedding enters the MLP through this projection
     vm_exact_weight: float = 1.0  # vm_solaris: extra loss of every row scored as "exact"
     vm_missing_weight: float = 0.5  # vm_solaris: extra loss of every row scored as "missing"
-    # vm_solaris (every embedding variant) = the trained plain vm, frozen, + a correction that is
-    # zero on the missing tier: every input missing scores exactly as the baseline (issue 22)
+    # vm_solaris (every embedding variant) scores rows of the missing tier with the trained plain
+    # vm (frozen, in its graph): every input missing scores exactly as the baseline (issue 22)
     vm_solaris_residual: bool = True
     aggregate_window_ms: int = DAY_MS  # user aggregate = mean of pair embeddings in this window
     neighbour_k: int = 10  # neighbour-tier proxy: other users' latest embeddings of the item

@@ -214,9 +214,9 @@ def test_fm_gain_verdict_reads_the_interval(interval: tuple[float, float], verdi
 def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
     impressions: Impressions, run: SeedRun
 ) -> None:
-    """The degradation bar by construction: vm_solaris = frozen vm + a correction gated off on
-    the missing tier, so "every input missing" scores exactly as the plain (fair) VM, while
-    served tiers still move the scores."""
+    """The degradation bar by construction: vm_solaris routes missing-tier rows to the frozen
+    vm, so "every input missing" scores exactly as the plain (fair) VM, while served tiers
+    still move the scores."""
     import torch
 
     assert FAIR.vm_solaris_residual
