@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "3"  # 3: five tiers (neighbour tier split into item / aggregate)
+CODE_VERSION = "4"  # 4: vm_solaris routes missing-tier rows to the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

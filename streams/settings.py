@@ -348,6 +348,16 @@ class Settings(BaseSettings):
     agent_batch_max_wait_ms: int = Field(
         10, ge=0, description="How long an agent waits to fill a batch (wall clock)."
     )
+    agent_batch_attempts: int = Field(
+        8,
+        ge=1,
+        description="Tries of an agent batch that fails on an infrastructure error (Kafka "
+        "refused or unreachable, a failed delivery) before the worker exits without acking it "
+        "(exit status 75); tries back off exponentially from 0.5 s, /readyz is 503 meanwhile.",
+    )
+    agent_batch_max_backoff_s: float = Field(
+        30.0, gt=0, description="Longest wait between two tries of a failed agent batch."
+    )
     max_future_ms: int = Field(
         HOUR_MS,
         gt=0,

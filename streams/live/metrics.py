@@ -33,6 +33,12 @@ FM_LATENCY = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 STORE_ERRORS = Counter("solaris_store_errors_total", "Store errors (writes are retried).", ["op"])
+AGENT_BATCH_RETRIES = Counter(
+    "solaris_agent_batch_retries_total",
+    "Agent batches that failed on an infrastructure error and were run again (or, at the "
+    "last try, made the worker exit without acking them).",
+    ["agent"],
+)
 AGGREGATES = Counter("solaris_aggregates_written_total", "User aggregates written.")
 STALE_EMBEDDINGS = Counter(
     "solaris_stale_version_embeddings_total",

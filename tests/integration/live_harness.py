@@ -113,6 +113,8 @@ def env_for(settings: Settings) -> dict[str, str]:
         SOLARIS_CONSUMER_SESSION_TIMEOUT_S=str(settings.consumer_session_timeout_s),
         SOLARIS_NEIGHBOUR_INTERVAL_MS=str(settings.neighbour_interval_ms),
         SOLARIS_VERIFIER_RANK_BY=settings.verifier_rank_by,
+        SOLARIS_AGENT_BATCH_ATTEMPTS=str(settings.agent_batch_attempts),
+        SOLARIS_AGENT_BATCH_MAX_BACKOFF_S=str(settings.agent_batch_max_backoff_s),
         PYTHONPATH=str(REPO_ROOT),
         PYTHONUNBUFFERED="1",
     )

@@ -72,10 +72,10 @@ def test_next_batch_is_taken_only_after_the_dead_letters_are_delivered() -> None
 
         def dead_letter() -> asyncio.Future[None]:
             delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            ctx.dead_deliveries.append(delivery)
+            ctx.pending().dead.append(delivery)
             return delivery
 
-        await _held_until_delivered(ctx, dead_letter, lambda: ctx.dead_deliveries)
+        await _held_until_delivered(ctx, dead_letter, lambda: ctx.pending().dead)
 
     asyncio.run(body())
 
@@ -90,7 +90,7 @@ def test_next_batch_is_taken_only_after_the_table_updates_are_delivered() -> Non
             assert returned is table.deliveries[-1] and table.sent[-1] == (0, b"u1", b"state")
             return returned
 
-        await _held_until_delivered(ctx, update, lambda: ctx.changelog_deliveries)
+        await _held_until_delivered(ctx, update, lambda: ctx.pending().changelog)
 
     asyncio.run(body())
 
@@ -104,7 +104,7 @@ def test_a_failed_dead_letter_delivery_raises_before_the_batch_is_acked() -> Non
 
         batches = ctx._settled(numbered_batches(acked, 1))
         await batches.__anext__()
-        ctx.dead_deliveries.append(refused())
+        ctx.pending().dead.append(refused())
         with pytest.raises(RuntimeError, match="refused"):
             await batches.__anext__()
         assert acked == []

@@ -64,4 +64,4 @@ def register(ctx: AgentContext) -> None:
     @ctx.app.agent(ctx.topics["embeddings"], concurrency=1, name="aggregate")
     async def on_embeddings(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            await aggregate_batch(events)
+            await ctx.finish("aggregate", aggregate_batch, events)

@@ -3,34 +3,44 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiokafka.errors
-import confluent_kafka
 import faust
 from faust.streams import _current_event
 
 from schemas.records import DeadLetter
 from streams.engine.steps.event_time import FUTURE_EVENT_TIME, EventClock
+from streams.live.batch_guard import INFRA_ERRORS, BatchGuard
 from streams.live.components import Components
 from streams.live.dead_letters import Origin, dead_letter_for, decode
 from streams.live.ordering import PartitionOrder
-from streams.live.sends import DeliveryFailed, Sender
+from streams.live.sends import Sender
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PROCESSING_ERROR = "processing_error"
-#: infrastructure failures: not the message's fault, so never a dead letter (Faust restarts)
-INFRA_ERRORS: tuple[type[BaseException], ...] = (
-    aiokafka.errors.KafkaError,
-    confluent_kafka.KafkaException,
-    DeliveryFailed,
+__all__ = ["INFRA_ERRORS", "AgentContext", "Pending", "as_current", "origin", "user_key"]
+
+
+@dataclass
+class Pending:
+    """Deliveries one agent's batch sent and must see delivered before the batch is acked."""
+
+    dead: list[Any] = field(default_factory=list)
+    changelog: list[Any] = field(default_factory=list)
+
+
+#: the running agent's pending deliveries: each Faust agent runs in its own task, so one
+#: agent's settle never awaits (or drops) another's (issue 24, item 7)
+_PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar(
+    "solaris_pending", default=None
 )
 
 
@@ -90,10 +100,14 @@ class AgentContext:
     tables: dict[str, Any]
     clock: EventClock
     sender: Sender
-    #: deliveries of dead letters sent since the last batch ended (see :meth:`batches`)
-    dead_deliveries: list[Any] = field(default_factory=list)
-    #: deliveries of table changelog messages sent since the last batch ended
-    changelog_deliveries: list[Any] = field(default_factory=list)
+    #: deliveries sent outside any agent's batches (see :meth:`pending`)
+    unowned: Pending = field(default_factory=Pending)
+    #: one batch guard per agent (see :mod:`streams.live.batch_guard`)
+    guards: dict[str, BatchGuard] = field(default_factory=dict)
+
+    def pending(self) -> Pending:
+        """The current agent's pending deliveries (set by :meth:`batches`)."""
+        return _PENDING.get() or self.unowned
 
     async def send(self, topic: str, user_id: int, value: Any, event_time_ms: int) -> Any:
         """Send ``value`` (a record) keyed by user; returns the delivery future."""
@@ -103,16 +117,15 @@ class AgentContext:
     async def dead(self, dl: DeadLetter) -> None:
         """Send a dead letter; its delivery is awaited before the batch's events are acked."""
         encoded = self.parts.codec.encode(dl)
-        self.dead_deliveries.append(
-            await self.sender.send("dead-letter", dl.raw_key, encoded, None)
-        )
+        delivery = await self.sender.send("dead-letter", dl.raw_key, encoded, None)
+        self.pending().dead.append(delivery)
         self.parts.count(**{f"dead_letters_{dl.reason}": 1})
 
     async def settle(self) -> None:
-        """Await every dead letter and table changelog message sent so far (a failed delivery
-        raises: an infrastructure error, so the agent restarts and its unacked events are read
-        again)."""
-        for pending in (self.dead_deliveries, self.changelog_deliveries):
+        """Await every dead letter and table changelog message the current agent sent so far
+        (a failed delivery raises: an infrastructure error, which :meth:`finish` retries)."""
+        now = self.pending()
+        for pending in (now.dead, now.changelog):
             while pending:
                 sent = pending[:]
                 pending.clear()  # in place: senders append to this same list meanwhile
@@ -132,7 +145,7 @@ class AgentContext:
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
             delivery = send(*args, **kwargs)
-            self.changelog_deliveries.append(delivery)
+            self.pending().changelog.append(delivery)
             return delivery
 
         table.send_changelog = recorded
@@ -197,7 +210,35 @@ class AgentContext:
         """``batches``, with the dead letters and table updates of each batch delivered before
         the next one is taken: Faust acks a batch's events when its ``take_events`` resumes,
         so a crash can no longer lose a dead letter or a table update whose event was already
-        committed."""
+        committed. Runs in the agent's task: its deliveries are tracked apart from other
+        agents' (:meth:`pending`)."""
+        if _PENDING.get() is None:
+            _PENDING.set(Pending())
         async for events in batches:
             yield events
             await self.settle()
+
+    def guard(self, agent: str) -> BatchGuard:
+        """The agent's batch guard (created with the settings' retry policy)."""
+        found = self.guards.get(agent)
+        if found is None:
+            s = self.settings
+            found = self.guards[agent] = BatchGuard(
+                agent, s.agent_batch_attempts, max_backoff_s=s.agent_batch_max_backoff_s
+            )
+        return found
+
+    async def finish(
+        self, agent: str, handle: Callable[[list[Any]], Awaitable[None]], events: list[Any]
+    ) -> None:
+        """Run ``handle(events)`` (one batch) and deliver what it sent; infrastructure errors
+        rerun it whole, with backoff, or stop the worker without acking it (:mod:`.batch_guard`)."""
+
+        async def whole() -> None:
+            now = self.pending()
+            now.dead.clear()  # a failed try's deliveries: its reruns send again
+            now.changelog.clear()
+            await handle(events)
+            await self.settle()
+
+        await self.guard(agent).run(whole)

@@ -24,8 +24,8 @@ A message is dead-lettered alone (``processing_error``) when its input is invali
 fails, its FM output is not finite (checked in :func:`embed_isolating`) or its ``embeddings``
 message cannot be encoded: each group's messages are encoded *before* the group is stored, so
 nothing of a refused message reaches the store and the rest of the batch is stored and sent.
-An infrastructure error (``INFRA_ERRORS``) cancels the rest of the batch and propagates (Faust
-restarts the agent and the batch is redelivered).
+An infrastructure error (``INFRA_ERRORS``) cancels the rest of the batch and propagates to the
+agent's batch guard, which runs the whole batch again (``streams.live.batch_guard``).
 """
 
 from __future__ import annotations
@@ -185,4 +185,4 @@ def register(ctx: AgentContext) -> None:
     async def on_verified(stream: faust.StreamT) -> None:
         batches = ctx.batches(stream, settings.embed_batch_size, settings.embed_max_wait_ms)
         async for events in batches:
-            await agent.handle(events)
+            await ctx.finish("embed", agent.handle, events)

@@ -44,4 +44,4 @@ def register(ctx: AgentContext) -> None:
     @ctx.app.agent(ctx.topics["impressions"], concurrency=1, name="history")
     async def on_impressions(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            await on_batch(events)
+            await ctx.finish("history", on_batch, events)

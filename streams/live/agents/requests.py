@@ -66,15 +66,20 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
     @ctx.app.agent(ctx.topics["requests"], concurrency=1, name="speculate")
     async def on_requests(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            pending = []
-            state = RequestsBatch(ctx)
-            for event in events:
-                rec = await ctx.admitted(event, RequestEvent)
-                if rec is None:
-                    continue
-                async with ctx.processing(event):
-                    pending.append(await on_request(rec, state, event))
-            state.save(proposals)
-            for delivery in pending:  # once per batch, before Faust acks the batch
-                if delivery is not None:
-                    await delivery
+            await ctx.finish("speculate", on_batch, events)
+
+    async def on_batch(events: list[Any]) -> None:
+        """Speculate every request; state is saved only once the proposals are delivered, so
+        a batch run again after a failed delivery starts from the same state."""
+        pending = []
+        state = RequestsBatch(ctx)
+        for event in events:
+            rec = await ctx.admitted(event, RequestEvent)
+            if rec is None:
+                continue
+            async with ctx.processing(event):
+                pending.append(await on_request(rec, state, event))
+        for delivery in pending:  # once per batch, before Faust acks the batch
+            if delivery is not None:
+                await delivery
+        state.save(proposals)

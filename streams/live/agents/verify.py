@@ -6,7 +6,8 @@ fault), is dead-lettered alone (``processing_error``): the batch is verified aga
 at a time, so the user's later requests do not see the refused one's pairs in the ledger. Pairs
 the VM scored NaN or infinite are dropped by the verifier before ranking (counted and logged
 here), so the rest of their request goes on.
-Infrastructure errors (``INFRA_ERRORS``) propagate.
+Infrastructure errors (``INFRA_ERRORS``) propagate to the agent's batch guard, which runs the
+whole batch again (the ledger is not saved yet).
 """
 
 from __future__ import annotations
@@ -153,4 +154,4 @@ def register(ctx: AgentContext) -> None:
     @ctx.app.agent(ctx.topics["speculated"], concurrency=1, name="verify")
     async def on_speculated(stream: faust.StreamT) -> None:
         async for events in ctx.batches(stream):
-            await agent.on_batch(events)
+            await ctx.finish("verify", agent.on_batch, events)

@@ -34,6 +34,8 @@ def register_pages(ctx: AgentContext, stateful: bool) -> None:
             "not_rebalancing": not app.rebalancing,
             "tables_recovered": not stateful or not app.tables.recovery.in_recovery,  # type: ignore[attr-defined]
             "store_reachable": await store_reachable(),
+            # no agent is rerunning a batch that failed on an infrastructure error
+            "batches_finishing": all(g.finishing for g in ctx.guards.values()),
         }
         status, body = readiness(checks)
         return web.json(body, status=status)
