@@ -361,3 +361,36 @@ def test_embed_isolating_fails_only_the_message_with_nonfinite_output() -> None:
     ((it, exc),) = out.failed
     assert it.event == 3 and isinstance(exc, ValueError) and "not finite" in str(exc)
     assert FakeFM.model_version in str(exc)
+
+
+def test_a_model_that_fails_on_every_message_is_unavailable_not_bad_data() -> None:
+    """Issue 24, item 2: a GPU or runtime failure must not dead-letter good messages."""
+    from models.errors import InferenceError, InputError
+    from streams.engine.steps.embed import ModelUnavailable
+
+    items = [embed_input(n, m) for n, m in enumerate(verified(4))]
+
+    async def down(group: list[EmbedInput[Any]]) -> list[PairEmbedding]:
+        raise InferenceError("fm.onnx: inference failed: CUDA error")
+
+    with pytest.raises(ModelUnavailable, match="all 4 messages"):
+        asyncio.run(embed_isolating(items, down))
+    with pytest.raises(ModelUnavailable, match="all 1 messages"):
+        asyncio.run(embed_isolating(items[:1], down))
+
+    async def bad_input(group: list[EmbedInput[Any]]) -> list[PairEmbedding]:
+        raise InputError("history too long")
+
+    out = asyncio.run(embed_isolating(items, bad_input))  # the data's fault: each reported
+    assert len(out.failed) == 4 and not out.done
+
+    embedder = Embedder(FakeFM(4))
+
+    async def one_poison(group: list[EmbedInput[Any]]) -> list[PairEmbedding]:
+        if any(it.event == 2 for it in group):
+            raise InferenceError("fm.onnx: inference failed on this input")
+        return embedder.embed_messages([it.batch for it in group], [it.history for it in group])
+
+    out = asyncio.run(embed_isolating(items, one_poison))  # others succeed: that one is bad
+    assert [it.event for it, _ in out.done] == [0, 1, 3]
+    assert [it.event for it, _ in out.failed] == [2]

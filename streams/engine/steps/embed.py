@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from models.errors import InferenceError, InputError
 from schemas.records import EmbeddingBatch, PairEmbedding, PairProposal, ProposalBatch
 from schemas.vectors import VectorDtype
 from streams.engine.history import UserHistory
@@ -78,13 +79,42 @@ class EmbedOutcome(Generic[E]):
     fm_calls: int = 0
 
 
+class ModelUnavailable(RuntimeError):
+    """The FM failed on every message of a group, each alone, with an inference error (not an
+    input error): the model (or its GPU) is at fault, not the data. An infrastructure error:
+    the batch is run again, never dead-lettered (issue 24, item 2)."""
+
+
+def model_fault(exc: BaseException) -> bool:
+    """An error of the model run itself, as opposed to one about its input."""
+    return isinstance(exc, InferenceError) and not isinstance(exc, InputError)
+
+
 async def embed_isolating(
     items: Sequence[EmbedInput[E]],
     embed: EmbedFn,
     passthrough: tuple[type[BaseException], ...] = (),
 ) -> EmbedOutcome[E]:
     """Embed ``items`` in one FM call; on failure, one call per message to isolate the bad
-    ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate."""
+    ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate, and so
+    does :class:`ModelUnavailable` when no message could be embedded and each failed on the
+    model itself (a transient GPU or runtime failure would otherwise dead-letter good data).
+    A message whose input alone makes the model fail while others succeed is reported as
+    failed (dead-lettered by the caller)."""
+    out = await _isolating(items, embed, passthrough)
+    if out.failed and not out.done and all(model_fault(exc) for _, exc in out.failed):
+        first = out.failed[0][1]
+        raise ModelUnavailable(
+            f"the FM failed on all {len(out.failed)} messages of a group, each alone: {first}"
+        ) from first
+    return out
+
+
+async def _isolating(
+    items: Sequence[EmbedInput[E]],
+    embed: EmbedFn,
+    passthrough: tuple[type[BaseException], ...],
+) -> EmbedOutcome[E]:
     out: EmbedOutcome[E] = EmbedOutcome([], [])
     todo = [it for it in items if it.n_pairs]
     if not todo:
@@ -99,7 +129,7 @@ async def embed_isolating(
             out.failed.append((todo[0], exc))
             return out
         for it in todo:
-            one = await embed_isolating([it], embed, passthrough)
+            one = await _isolating([it], embed, passthrough)
             out.done += one.done
             out.failed += one.failed
             out.fm_calls += one.fm_calls

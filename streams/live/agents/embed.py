@@ -21,7 +21,9 @@ sent, sends go out in input order, and every delivery of the batch is awaited be
 is done (Faust acks its events only then).
 
 A message is dead-lettered alone (``processing_error``) when its input is invalid, its FM call
-fails, its FM output is not finite (checked in :func:`embed_isolating`) or its ``embeddings``
+fails while other messages' succeed (when the FM fails on every message of a group it is the
+model's fault: ``ModelUnavailable``, retried like an infrastructure error), its FM output is
+not finite (checked in :func:`embed_isolating`) or its ``embeddings``
 message cannot be encoded: each group's messages are encoded *before* the group is stored, so
 nothing of a refused message reaches the store and the rest of the batch is stored and sent.
 An infrastructure error (``INFRA_ERRORS``) cancels the rest of the batch and propagates to the
