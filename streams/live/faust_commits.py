@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from faust.transport.consumer import Consumer
@@ -143,11 +144,43 @@ def _note_hole(consumer: Any, tp: Any, committed: int) -> None:
     seek_soon(consumer, tp, committed)
 
 
-def seek_soon(consumer: Any, tp: Any, offset: int) -> None:
-    """Schedule ``consumer.seek(tp, offset)`` on the running loop (the partition is re-read)."""
-    task = asyncio.ensure_future(consumer.seek(tp, offset))
+def seek_soon(
+    consumer: Any,
+    tp: Any,
+    offset: int,
+    on_truncated: Callable[[Any, int, int], None] | None = None,
+) -> None:
+    """Schedule a seek of ``tp`` to ``offset`` on the running loop (the partition is re-read).
+
+    With ``on_truncated``, the log's first offset is looked up first: when retention or
+    ``delete_records`` removed ``offset`` already, the seek goes to the first offset that is
+    left and ``on_truncated(tp, offset, first)`` is called, instead of seeking forever to an
+    offset that no longer exists (issue 24: the partition stalled for good)."""
+    task = asyncio.ensure_future(_seek_existing(consumer, tp, offset, on_truncated))
     _SEEKS.add(task)  # keep a reference until it is done (the loop holds only a weak one)
     task.add_done_callback(_SEEKS.discard)
+
+
+async def _seek_existing(
+    consumer: Any,
+    tp: Any,
+    offset: int,
+    on_truncated: Callable[[Any, int, int], None] | None,
+) -> None:
+    if on_truncated is not None:
+        found = await consumer.earliest_offsets(tp)
+        first = found.get(tp)
+        if first is not None and offset < int(first):
+            # commits cover only contiguous acked offsets from the committed one: the removed
+            # range is recorded as a gap (as Faust does for compacted offsets; not through its
+            # _add_gap, which leaves out the committed offset itself), else the group's commit,
+            # and so its lag, would stay put for good
+            gaps = consumer._gap[tp]
+            gaps.addi(offset, int(first))
+            gaps.merge_overlaps()
+            on_truncated(tp, offset, int(first))
+            offset = int(first)
+    await consumer.seek(tp, offset)
 
 
 def release(consumer: Any, message: Any) -> None:

@@ -33,6 +33,11 @@ FM_LATENCY = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 STORE_ERRORS = Counter("solaris_store_errors_total", "Store errors (writes are retried).", ["op"])
+TRUNCATED_OFFSETS = Counter(
+    "solaris_truncated_offsets_total",
+    "Offsets removed from the log (retention, delete_records) before an agent processed them.",
+    ["topic"],
+)
 AGENT_BATCH_RETRIES = Counter(
     "solaris_agent_batch_retries_total",
     "Agent batches that failed on an infrastructure error and were run again (or, at the "

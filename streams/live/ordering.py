@@ -15,7 +15,10 @@ none, the log's first offset: :func:`streams.live.faust_commits.start_offset`; t
 the last processed). A later offset is a gap: the message is skipped *without* being
 recorded as done (:func:`streams.live.faust_commits.release`) and the partition is read again
 from the expected offset, so messages reach the agent in order. An earlier offset was already
-processed by this worker (a re-read): it is skipped and acked.
+processed by this worker (a re-read): it is skipped and acked. When the expected offset is no
+longer in the log (retention passed a lagging group's commit, or ``delete_records``), the
+partition goes on from the log's first offset, counted in
+``solaris_truncated_offsets_total`` and logged as an error, instead of stalling for good.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from faust.exceptions import Skip
 
 from streams.live import faust_commits
+from streams.live.metrics import TRUNCATED_OFFSETS
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,7 @@ class PartitionOrder:
     seeking: dict[Any, tuple[int, float]] = field(default_factory=dict)
     generation: int | None = None
     gaps: int = 0  #: messages skipped because an earlier offset had not been processed yet
+    truncated: int = 0  #: offsets gone from the log before they could be processed
 
     def admit(self, message: Any) -> bool:
         """True: process ``message`` now. False: skip it (already done, or ahead of a gap)."""
@@ -82,7 +87,26 @@ class PartitionOrder:
             "message ahead of an unprocessed offset: re-reading the partition from it",
             extra={"topic": tp.topic, "partition": tp.partition, "offset": offset},
         )
-        faust_commits.seek_soon(self.app.consumer, tp, offset)
+        faust_commits.seek_soon(self.app.consumer, tp, offset, self._truncated)
+
+    def _truncated(self, tp: Any, want: int, first: int) -> None:
+        """The log no longer holds ``want``..``first - 1`` (retention, ``delete_records``):
+        they cannot be processed by anyone, so the partition goes on from ``first``. Counted
+        and logged loudly: those messages were lost before this worker could read them."""
+        if self.next_offset.get(tp) == want:
+            self.next_offset[tp] = first
+        self.truncated += first - want
+        TRUNCATED_OFFSETS.labels(tp.topic).inc(first - want)
+        log.error(
+            "offsets %d..%d of %s[%d] were removed from the log before they were processed; "
+            "going on from %d",
+            want,
+            first - 1,
+            tp.topic,
+            tp.partition,
+            first,
+            extra={"topic": tp.topic, "partition": tp.partition, "lost": first - want},
+        )
 
     def processor(self, stream: Any) -> Any:
         """A Faust stream processor: raises :class:`faust.exceptions.Skip` for skipped events."""

@@ -8,6 +8,8 @@ from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+from intervaltree import IntervalTree
+
 from streams.live.faust_commits import ack
 from streams.live.ordering import PartitionOrder
 
@@ -26,14 +28,19 @@ class Message:
         self.acked = False
 
 
-def app(committed: dict[TP, int]) -> Any:
+def app(committed: dict[TP, int], log_start: dict[TP, int] | None = None) -> Any:
     seeks: list[tuple[TP, int]] = []
 
     async def seek(tp: TP, offset: int) -> None:
         seeks.append((tp, offset))
 
+    async def earliest_offsets(*tps: TP) -> dict[TP, int]:
+        return {tp: (log_start or {}).get(tp, 0) for tp in tps}
+
     consumer = SimpleNamespace(
         seek=seek,
+        earliest_offsets=earliest_offsets,
+        _gap=defaultdict(IntervalTree),
         seeks=seeks,
         _committed_offset=defaultdict(lambda: None, committed),
         _acked=defaultdict(list),
@@ -54,7 +61,8 @@ def app(committed: dict[TP, int]) -> Any:
 def admitted(order: PartitionOrder, offsets: list[tuple[TP, int]]) -> list[tuple[TP, int]]:
     async def run() -> list[tuple[TP, int]]:
         out = [(tp, o) for tp, o in offsets if order.admit(Message(tp, o))]
-        await asyncio.sleep(0)  # let scheduled seeks run
+        for _ in range(4):  # let scheduled seeks (a lookup, a gap, then the seek) run
+            await asyncio.sleep(0)
         return out
 
     return asyncio.run(run())
@@ -125,3 +133,16 @@ def test_a_partition_without_a_commit_starts_at_the_logs_first_offset() -> None:
 def test_without_a_known_start_the_first_offset_seen_starts_the_partition() -> None:
     order = PartitionOrder(app({}))
     assert admitted(order, [(P1, 7), (P1, 8)]) == [(P1, 7), (P1, 8)]
+
+
+def test_offsets_removed_from_the_log_do_not_stall_the_partition() -> None:
+    """Issue 24: retention (or delete_records) removed offsets 10-14 while the group lagged at
+    10; the log now starts at 15. Before, the partition sought 10 forever and stalled."""
+    a = app({P0: 10}, log_start={P0: 15})
+    order = PartitionOrder(a)
+    assert admitted(order, [(P0, 15), (P0, 16)]) == []  # a gap: 10 is looked for first
+    assert a.consumer.seeks == [(P0, 15)]  # ... and found gone: the re-read starts at 15
+    # recorded as a gap: the commit may pass the removed offsets (from 10 itself)
+    assert [(i.begin, i.end) for i in a.consumer._gap[P0]] == [(10, 15)]
+    assert order.truncated == 5
+    assert admitted(order, [(P0, 15), (P0, 16), (P0, 17)]) == [(P0, 15), (P0, 16), (P0, 17)]
