@@ -306,6 +306,7 @@ def _live_values(settings: Settings, codec: Codec, users: set[int]) -> Any:
         histories,
         {k: v for k, v in values.items() if b":p:" in k and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":h") and v is not None},
     )
 
 
@@ -330,3 +331,5 @@ def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: 
         assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
         print(f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical")
         assert len(want) >= 5
+    # the fuzzed messages changed no valid user's stored history (fair VM features)
+    assert live.user_histories == offline.user_histories and len(offline.user_histories) >= 5

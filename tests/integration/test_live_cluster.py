@@ -122,9 +122,10 @@ def verified_histories(settings: Settings) -> dict[PairKey, History]:
 
 def read_back(
     store: FeatureStore, layout: KeyLayout, pairs: Iterable[tuple[int, int]], users: Iterable[int]
-) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
-    """The stored pair and aggregate values of these keys, read through the ``FeatureStore``
-    protocol (works on every backend) and keyed by the Redis key layout; absent keys left out."""
+) -> tuple[dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+    """The stored pair, aggregate and history values of these keys, read through the
+    ``FeatureStore`` protocol (works on every backend) and keyed by the Redis key layout; absent
+    keys left out."""
     pair_list, user_list = sorted(set(pairs)), sorted(set(users))
     found_pairs: dict[bytes, bytes] = {}
     for start in range(0, len(pair_list), READ_BACK_CHUNK):
@@ -134,15 +135,23 @@ def read_back(
             (layout.pair(u, i), v) for (u, i), v in zip(chunk, got, strict=True) if v is not None
         )
     found_aggs: dict[bytes, bytes] = {}
+    found_hists: dict[bytes, bytes] = {}
     for start in range(0, len(user_list), READ_BACK_CHUNK):
         chunk_users = user_list[start : start + READ_BACK_CHUNK]
-        aggs = store.read(ReadBatch(aggregates=chunk_users), timeout_ms=5_000).aggregates
+        got_users = store.read(
+            ReadBatch(aggregates=chunk_users, histories=chunk_users), timeout_ms=5_000
+        )
         found_aggs.update(
             (layout.aggregate(u), v)
-            for u, v in zip(chunk_users, aggs, strict=True)
+            for u, v in zip(chunk_users, got_users.aggregates, strict=True)
             if v is not None
         )
-    return found_pairs, found_aggs
+        found_hists.update(
+            (layout.history(u), v)
+            for u, v in zip(chunk_users, got_users.histories, strict=True)
+            if v is not None
+        )
+    return found_pairs, found_aggs, found_hists
 
 
 def read_back_values(run: dict[str, Any]) -> Values:
@@ -154,7 +163,7 @@ def read_back_values(run: dict[str, Any]) -> Values:
     settings = run["settings"]
     store = store_from_settings(settings)
     try:
-        pairs, aggs = read_back(
+        pairs, aggs, hists = read_back(
             store,
             KeyLayout(settings.key_prefix),
             ((u, i) for u, i, _ in run["histories"]),
@@ -162,7 +171,7 @@ def read_back_values(run: dict[str, Any]) -> Values:
         )
     finally:
         store.close()
-    return Values(run["histories"], pairs, aggs)
+    return Values(run["histories"], pairs, aggs, hists)
 
 
 def check_values_equal_simulator(run: dict[str, Any], live: Values, bundle: Path) -> None:
@@ -184,6 +193,8 @@ def check_values_equal_simulator(run: dict[str, Any], live: Values, bundle: Path
         assert not diff.header_mismatch, f"{name}: headers differ for {diff.header_mismatch[:3]}"
         assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
         assert len(want) >= 5
+    # each user's stored history (the fair vm_solaris's features), byte for byte
+    assert live.user_histories == offline.user_histories and len(offline.user_histories) >= 5
 
 
 def check_served_coverage_equals_simulator(run: dict[str, Any], bundle: Path) -> None:
@@ -244,6 +255,7 @@ def cluster_values(url: str, run: dict[str, Any]) -> tuple[Values, Counter[str]]
             run["histories"],
             {k: v for k, v in values.items() if b":p:" in k},
             {k: v for k, v in values.items() if k.endswith(b":agg")},
+            {k: v for k, v in values.items() if k.endswith(b":h")},
         ),
         per_node,
     )
