@@ -71,10 +71,24 @@ class UserRepresentations:
     def vector(self, user_id: int) -> np.ndarray:
         return self._vec[user_id]
 
-    def set(self, user_id: int, vector: np.ndarray, seen_at_ms: int) -> None:
-        """Restore a representation (e.g. from a Faust table after a restart)."""
-        self._vec[user_id] = np.asarray(vector, np.float32)
+    def set(self, user_id: int, vector: np.ndarray, seen_at_ms: int) -> bool:
+        """Restore a representation (e.g. from a Faust table after a restart). Refused (False)
+        when its dimension is not the item vectors': saved by a model with other item vectors
+        (an upgrade), it would fail every later similarity with this user (issue 24, item 4)."""
+        vec = np.asarray(vector, np.float32)
+        if vec.shape != (self.items.dim,):
+            return False
+        self._vec[user_id] = vec
         self._seen_at[user_id] = seen_at_ms
+        return True
+
+    def forget_before(self, t_ms: int) -> int:
+        """Drop the users not seen since ``t_ms``; returns how many. A returning user's
+        representation comes back from its saved value (``observe_representation``)."""
+        old = [u for u, t in self._seen_at.items() if t < t_ms]
+        for u in old:
+            del self._vec[u], self._seen_at[u]
+        return len(old)
 
     def has(self, user_id: int) -> bool:
         return user_id in self._vec
@@ -226,6 +240,19 @@ class RefreshClock:
         self.last_ms = t
         self.last_population = population
         return since
+
+
+def fresh_users(
+    newest: dict[int, int], reps: UserRepresentations, t: int, horizon_ms: int
+) -> list[int]:
+    """Users whose newest aggregate is within ``horizon_ms`` of ``t`` (the index's population);
+    older entries of ``newest`` and representations not seen since ``t - horizon_ms`` are
+    forgotten, so a worker's memory follows its active users, not every user it ever saw
+    (issue 24, item 5). Simulator and workers call it at the same refreshes: same state."""
+    for u in [u for u, tn in newest.items() if t - tn > horizon_ms]:
+        del newest[u]
+    reps.forget_before(t - horizon_ms)
+    return list(newest)
 
 
 def refresh(

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from store.values import version_tag
-from streams.engine.neighbours import RefreshClock, refresh
+from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.knn_snapshot import publish_snapshot
@@ -55,7 +55,7 @@ class NeighbourRefresher:
             self._restored = True
         since = self.clock.start(t, len(self.parts.aggregate_times))
         horizon = s.neighbour_aggregate_ttl_ms
-        fresh = [u for u, tn in self.parts.aggregate_times.items() if t - tn <= horizon]
+        fresh = fresh_users(self.parts.aggregate_times, reps, t, horizon)
         index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)
         store = self.parts.store
         await write_with_retry(

@@ -25,7 +25,7 @@ from streams.engine.aggregator import AggregateState
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.history import HistoryBook
 from streams.engine.models import EngineModels
-from streams.engine.neighbours import RefreshClock, refresh
+from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
 from streams.engine.steps.embed import embed_input
@@ -183,7 +183,7 @@ class Simulator:
             return
         since = self.refresh_clock.start(t, len(self.agg_newest))
         horizon = cfg.reader.neighbour_aggregate_ttl_ms
-        fresh = [u for u, tn in self.agg_newest.items() if t - tn <= horizon]
+        fresh = fresh_users(self.agg_newest, self.reps, t, horizon)
         index, lists = refresh(self.reps, fresh, since, t, cfg.neighbours)
         self.store.write_neighbours(lists, cfg.reader.neighbour_ttl_ms)
         self.reader.cold_start = index

@@ -65,7 +65,9 @@ def observe_representation(
     redelivered request (not newer than the saved one) is not folded in twice.
     """
     if saved is not None and not reps.has(rec.user_id):
-        reps.set(rec.user_id, np.asarray(saved.vector, np.float32), saved.seen_at_ms)
+        vector = np.asarray(saved.vector, np.float32)
+        restored = reps.set(rec.user_id, vector, saved.seen_at_ms)
+        saved = saved if restored else None  # another model's (other dimension): start afresh
     if saved is not None and rec.event_time_ms <= saved.seen_at_ms:
         return None
     reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
