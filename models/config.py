@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "4"  # 4: vm_solaris routes missing-tier rows to the frozen vm; 3: five tiers
+CODE_VERSION = "5"  # 5, 4: vm_solaris serves missing-tier rows with the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -118,9 +118,9 @@ class TrainConfig:
     vm_emb_proj_dim: int = 32  # vm_solaris: the embedding enters the MLP through this projection
     vm_exact_weight: float = 1.0  # vm_solaris: extra loss of every row scored as "exact"
     vm_missing_weight: float = 0.5  # vm_solaris: extra loss of every row scored as "missing"
-    # vm_solaris (every embedding variant) scores rows of the missing tier with the trained plain
+    # vm_solaris (every embedding variant) serves rows of the missing tier with the trained plain
     # vm (frozen, in its graph): every input missing scores exactly as the baseline (issue 22)
-    vm_solaris_residual: bool = True
+    vm_solaris_baseline_on_missing: bool = True
     aggregate_window_ms: int = DAY_MS  # user aggregate = mean of pair embeddings in this window
     neighbour_k: int = 10  # neighbour-tier proxy: other users' latest embeddings of the item
     lags_ms: tuple[int, ...] = DEFAULT_LAGS_MS

@@ -308,7 +308,7 @@ def run_seed(
             tuned.get(key),
             fm_head or head,
             candidates,
-            vms.get("vm") if cfg.vm_solaris_residual and spec.embedding else None,
+            vms.get("vm") if cfg.vm_solaris_baseline_on_missing and spec.embedding else None,
         )
         tuned[key] = gp
         seconds[key] = time.perf_counter() - t0

@@ -298,7 +298,7 @@ def _extreme_tier_loss(
         loss = loss + cfg.vm_exact_weight * loss_fn(
             model(**{k: v[b] for k, v in exact_inputs.items()}), y
         )
-    if cfg.vm_missing_weight > 0 and model.base is None:  # a residual model IS the base there
+    if cfg.vm_missing_weight > 0:
         batch = {k: v[b] for k, v in inputs.items()}
         batch["embedding"] = torch.zeros_like(batch["embedding"])
         batch["tier"] = torch.full_like(batch["tier"], TIER_MISSING)

@@ -219,7 +219,7 @@ def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
     still move the scores."""
     import torch
 
-    assert FAIR.vm_solaris_residual
+    assert FAIR.vm_solaris_baseline_on_missing
     solaris, vm = run.vms["vm_solaris"], run.vms["vm"]
     assert solaris.base is not None
     for p, q in zip(solaris.base.parameters(), vm.parameters(), strict=True):
