@@ -11,6 +11,13 @@ class StoreUnavailable(StoreError):
     """The store could not be reached or refused the command (connection refused, reset, ...)."""
 
 
+class StoreRefused(StoreUnavailable):
+    """The store answered and refused the command (no permission, wrong key type, out of
+    memory, a read-only replica): sending the same command again changes nothing until someone
+    acts, so writers do not retry it in place (the agent's batch guard reruns the batch a few
+    times, then the worker stops without acking it)."""
+
+
 class StoreTimeout(StoreError):
     """The store did not answer within the deadline."""
 

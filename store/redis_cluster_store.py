@@ -36,7 +36,7 @@ from redis.crc import key_slot
 from redis.exceptions import MovedError, RedisClusterException
 from redis.retry import Retry
 
-from store.errors import StoreTimeout, StoreUnavailable
+from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
@@ -179,6 +179,8 @@ class RedisClusterStore(KeyedWrites):
             raise StoreTimeout(
                 f"redis cluster write of {len(items)} keys timed out: {exc}"
             ) from exc
+        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
+            raise StoreRefused(f"redis cluster refused the write: {exc}") from exc
         except _CLIENT_ERRORS as exc:
             raise StoreUnavailable(f"redis cluster write failed: {exc}") from exc
 

@@ -24,7 +24,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from store.errors import StoreTimeout, StoreUnavailable
+from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch, ReadResult
@@ -84,6 +84,8 @@ class RedisStore(KeyedWrites):
             set_px_many(self._writer, items, ttl_ms)
         except redis.TimeoutError as exc:
             raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
+        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
+            raise StoreRefused(f"redis refused the write: {exc}") from exc
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis write failed: {exc}") from exc
 

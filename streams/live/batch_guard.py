@@ -26,6 +26,7 @@ from typing import Any
 import aiokafka.errors
 import confluent_kafka
 
+from store.errors import StoreRefused
 from streams.engine.steps.embed import ModelUnavailable
 from streams.live.metrics import AGENT_BATCH_RETRIES
 from streams.live.sends import DeliveryFailed
@@ -37,6 +38,7 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
     confluent_kafka.KafkaException,
     DeliveryFailed,
     ModelUnavailable,  # the FM failed on every message of a group: the model's fault, not theirs
+    StoreRefused,  # the store refused a write (NOPERM, OOM, ...): not retried in place
 )
 #: exit status of a worker that gave up on a batch (EX_TEMPFAIL: try again later)
 EXIT_STUCK = 75

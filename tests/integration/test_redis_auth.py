@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from store.errors import StoreUnavailable
+from store.errors import StoreRefused, StoreUnavailable
 from store.protocol import FeatureStore, ReadBatch
 from store.values import encode_pair
 from streams.settings import Settings
@@ -123,7 +123,7 @@ def test_acl_user_in_the_url_reads_and_writes(auth_redis: AuthRedis) -> None:
     url = f"redis://solaris:{USER_PASSWORD}@127.0.0.1:{auth_redis.port}/0"
     _round_trip(_store(url, auth_redis.prefix))
     # it really is the ACL user: keys outside its pattern are refused (NOPERM)
-    with pytest.raises(StoreUnavailable, match=r"(?i)perm"):
+    with pytest.raises(StoreRefused, match=r"(?i)perm"):  # refused: not retried in place
         _store(url, "other").write_pairs([pair(1, 1)], ttl_ms=60_000)
 
 
