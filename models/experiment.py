@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.config import GridPoint, TrainConfig, lag_name
+from models.data.errors import OneClassLabels
 from models.features import OOV, HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_similar_items_mean, user_window_mean
@@ -229,6 +230,23 @@ def _lag_views(
     return _LagViews(logit, tiers[:, :, :-1], tiers[:, :, -1:], available)
 
 
+def require_both_labels(labels: np.ndarray, parts: dict[str, np.ndarray]) -> None:
+    """Refuse data where a part has only positives or only negatives, before anything trains:
+    a click log read without a label column (every row a positive) otherwise trains for many
+    minutes and reports transfer ratios of -0.0 (issue 25)."""
+    for name, rows in parts.items():
+        y = labels[rows]
+        if len(y) and y.min() == y.max():
+            kind = "a positive" if y[0] else "a negative"
+            raise OneClassLabels(
+                f"every one of the {len(y)} {name} impressions is {kind}: log-loss, NE, AUC "
+                "and transfer ratios are undefined. A click log without a label column reads "
+                "every row as a positive; give a log that records what was shown and not "
+                "engaged (a 0/1 label column, --columns ...,label=COL, or ratings with "
+                "--label-threshold; MIND behaviors.tsv has both)"
+            )
+
+
 def run_seed(
     imps: Impressions,
     cfg: TrainConfig,
@@ -245,6 +263,7 @@ def run_seed(
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
     split = time_split(imps.event_time_ms, cfg.split, cfg.fm_valid_fraction, cfg.vm_valid_fraction)
+    require_both_labels(imps.label, {"FM training": split.fm_train, "test": split.test})
     ex = imps.examples()
     index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
     fm_vocab = _fm_vocab(imps.item_id[split.fm_train])

@@ -19,5 +19,10 @@ class TrafficFormatError(DataError):
     """A recorded-traffic file is malformed, out of order, or not a SOLARIS traffic file."""
 
 
+class OneClassLabels(DataError):
+    """Every impression has the same label (a click log without negatives): no model can be
+    trained or judged on it (log-loss, NE, AUC and transfer ratios are undefined)."""
+
+
 class ConfigError(DataError):
     """A generator / converter configuration value is out of its valid range."""

@@ -164,3 +164,17 @@ def test_bundle_written_from_a_run_loads_and_serves(
     assert bundle.state is not None
     _, decoded = bundle.state.decode(items, bundle.state.states(times, hists))
     np.testing.assert_allclose(decoded, logit, atol=1e-4)
+
+
+def test_a_log_without_negatives_is_refused_before_training() -> None:
+    """Issue 25: a click log read without a label column (every row a positive) trained for 20
+    minutes and reported transfer ratios of -0.0; now it stops at once, saying why."""
+    from dataclasses import replace
+
+    from models.data.errors import OneClassLabels
+    from models.experiment import run_seed
+
+    world = taste_world(40, 10)
+    clicks = replace(world, label=np.ones_like(world.label))
+    with pytest.raises(OneClassLabels, match="every one of the .* is a positive"):
+        run_seed(clicks, TINY, seed=0)
