@@ -176,5 +176,5 @@ def test_a_log_without_negatives_is_refused_before_training() -> None:
 
     world = taste_world(40, 10)
     clicks = replace(world, label=np.ones_like(world.label))
-    with pytest.raises(OneClassLabels, match="every one of the .* is a positive"):
+    with pytest.raises(OneClassLabels, match=r"every one of the .* is a positive"):
         run_seed(clicks, TINY, seed=0)
