@@ -76,6 +76,13 @@ def faust_app(settings: Settings, aid: str, web_port: int | None, store: str) ->
         web_enabled=web_port is not None,
         web_port=web_port or 6066,
         web_bind=settings.bind_host,
+        # Faust's own pages serve table contents (/table/{name}/{key}: users' histories and
+        # ledgers) and the partition router to anyone who reaches the port, unauthenticated;
+        # the port is there for /healthz, /readyz and /metrics only (issue 24, item 8)
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
         consumer_auto_offset_reset="earliest",
         key_serializer="json",  # tables: int user ids -> JSON values; topics override with raw
         value_serializer="json",

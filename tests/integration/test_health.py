@@ -77,6 +77,10 @@ def test_ranker_and_worker_health_endpoints(bundle: Path, tmp_path: Path) -> Non
         body = wait_ready(procs, worker_port)
         assert body["ready"] and body["checks"]["store_reachable"]
         assert get(worker_port, "/healthz")[0] == 200
+        # Faust's own pages (table contents, router) are not served: the port is for probes
+        # and metrics only (issue 24, item 8)
+        for page in ("/router/", "/table/history/1/", "/table/", "/graph/", "/stats/"):
+            assert get(worker_port, page)[0] == 404, page
         assert listening_addresses(ranker_port) == listening_addresses(worker_port) == {"127.0.0.1"}
     finally:
         procs.stop_all()
