@@ -26,8 +26,14 @@ class Message:
     value: bytes | None
 
 
-def read_topic(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[Message]:
-    """Every message of ``topic``, per partition in offset order (partitions one after another).
+def read_topic(
+    settings: Settings,
+    topic: str,
+    timeout_s: float = 60.0,
+    start: dict[int, int] | None = None,
+) -> list[Message]:
+    """Every message of ``topic``, per partition in offset order (partitions one after another);
+    with ``start``, a partition named there is read from that offset instead.
 
     Raises :class:`KafkaUnavailable` if the topic is missing or not read to its end in time.
     """
@@ -41,7 +47,8 @@ def read_topic(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[
         if meta is None or meta.error is not None or not meta.partitions:
             raise KafkaUnavailable(f"topic {topic} not found")
         parts = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        begin = start or {}
+        consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in parts])
         out: list[Message] = []
         eof: set[int] = set()
         deadline = time.monotonic() + timeout_s

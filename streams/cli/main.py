@@ -11,6 +11,7 @@ import typer
 from streams.cli import (
     bench_cmd,
     data_cmd,
+    dead_letters_cmd,
     demo_cmd,
     exporter_cmd,
     infra_cmd,
@@ -35,6 +36,7 @@ simulate_cmd.register(app)
 demo_cmd.register(app)
 bench_cmd.register(app)
 exporter_cmd.register(app)
+dead_letters_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:

@@ -1,0 +1,127 @@
+"""``solaris dead-letters list|explain|replay``: read the dead-letter topic back (see
+:mod:`streams.dead_letter_ops`)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.errors import KafkaUnavailable
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.dead_letter_ops import Found
+
+app = typer.Typer(help="List, explain and replay dead letters.", no_args_is_help=True)
+console = Console()
+
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Only this reason.")]
+SourceOpt = Annotated[
+    str | None, typer.Option("--source-topic", help="Only from this topic (short or full name).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _read(from_start: bool = True) -> tuple[Settings, list[Found]]:
+    from streams.dead_letter_replay import read_dead_letters
+
+    settings = Settings()
+    try:
+        found, bad = read_dead_letters(settings, from_start)
+    except KafkaUnavailable as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    if bad:
+        console.print(f"[yellow]{bad} messages of the dead-letter topic do not decode[/yellow]")
+    return settings, found
+
+
+@app.command("list")
+def list_letters(
+    reason: ReasonOpt = None, source_topic: SourceOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Every dead letter: where it came from, why, and whether it can be replayed."""
+    from streams.dead_letter_ops import select
+
+    _, found = _read()
+    rows = [
+        {
+            "dead_letter_partition": f.partition,
+            "dead_letter_offset": f.offset,
+            "source": f"{f.letter.source_topic}[{f.letter.partition}]@{f.letter.offset}",
+            "reason": f.letter.reason,
+            "error": f.letter.error,
+            "raw_bytes": len(f.letter.raw_value or b""),
+            "replayable": f.replayable,
+            "failed_at_ms": f.letter.failed_at_ms,
+        }
+        for f in select(found, reason, source_topic)
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("at", "source", "reason", "bytes", "replayable", "error")
+    for r in rows:
+        at = f"{r['dead_letter_partition']}@{r['dead_letter_offset']}"
+        table.add_row(at, str(r["source"]), str(r["reason"]), str(r["raw_bytes"]),
+                      "yes" if r["replayable"] else "no", str(r["error"])[:80])  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def explain(as_json: JsonOpt = False) -> None:
+    """Dead letters counted by source topic and reason, with what each reason means."""
+    from streams.dead_letter_ops import explain as explain_rows
+
+    _, found = _read()
+    rows = explain_rows(found)
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("source topic", "reason", "count", "meaning", "example error")
+    for r in rows:
+        table.add_row(str(r["source_topic"]), str(r["reason"]), str(r["count"]),
+                      str(r["meaning"]), str(r["example_error"])[:80])  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def replay(
+    reason: ReasonOpt = None,
+    source_topic: SourceOpt = None,
+    from_start: Annotated[
+        bool, typer.Option("--from-start", help="Also dead letters an earlier replay read.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be sent.")] = False,
+) -> None:
+    """Send the selected dead letters' raw messages back to their source topics.
+
+    Each replay continues after the dead letters the previous one read (all of them, selected
+    or not); --from-start reads them all again. Values that were cut to a prefix, and sources
+    outside this deployment's topics, are never sent.
+    """
+    from streams.dead_letter_ops import replay_plan, select
+    from streams.dead_letter_replay import mark_replayed, send_back
+
+    settings, found = _read(from_start)
+    send, refused = replay_plan(select(found, reason, source_topic), settings)
+    summary = {"read": len(found), "selected": len(send) + len(refused), "sent": 0,
+               "refused": len(refused), "dry_run": dry_run}  # fmt: skip
+    if not dry_run:
+        try:
+            summary["sent"] = send_back(settings, send)
+        except KafkaUnavailable as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from exc
+        mark_replayed(settings, found)
+    else:
+        summary["would_send"] = len(send)
+    typer.echo(json.dumps(summary))
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="dead-letters")
