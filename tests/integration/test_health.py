@@ -139,7 +139,7 @@ def test_pipeline_worker_is_ready_only_after_assignment_and_table_recovery(
     bundle: Path, tmp_path: Path
 ) -> None:
     """The stateful worker's /readyz: 503 while partitions are unassigned and while its tables
-    recover from their changelog, then 200 naming all four checks."""
+    recover from their changelog, then 200 naming all five checks."""
     from streams.lag import LagReader
     from streams.topics import create_topics
 
@@ -154,7 +154,13 @@ def test_pipeline_worker_is_ready_only_after_assignment_and_table_recovery(
         assert body == {
             "ready": True,
             "checks": dict.fromkeys(
-                ("partitions_assigned", "not_rebalancing", "tables_recovered", "store_reachable"),
+                (
+                    "partitions_assigned",
+                    "not_rebalancing",
+                    "tables_recovered",
+                    "store_reachable",
+                    "batches_finishing",
+                ),
                 True,
             ),
             "failing": [],
