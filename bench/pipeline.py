@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import BenchResult, machine_info, ratio, redis_version
+from bench.cpu import CpuMeter, broker_pids, redis_pids
 from bench.live import PIPELINE_ROLES, LiveRun
 from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
 from schemas.records import ImpressionEvent, RequestEvent
@@ -144,12 +145,19 @@ def next_rate(history: list[tuple[float, bool]], cfg: PipelineConfig) -> float |
 
 
 def _step(
-    run: LiveRun, lags: LagSeries, events: Iterator[Event], rate: float, cfg: PipelineConfig
+    run: LiveRun,
+    lags: LagSeries,
+    events: Iterator[Event],
+    rate: float,
+    cfg: PipelineConfig,
+    cpu: CpuMeter,
 ) -> dict[str, Any]:
     count = max(1, int(rate * cfg.step_s))
     start = time.perf_counter()
+    cpu_before = cpu.read()
     stats = replay_events(run.settings, paced(events, rate, count))
     time.sleep(max(0.0, start + cfg.step_s - time.perf_counter()) + 1.0)  # one more lag sample
+    cpu_after = cpu.read()
     run.children.check()
     series = lags.between(start, time.perf_counter())
     slope = lag_slope(series)
@@ -165,6 +173,8 @@ def _step(
         and achieved >= 0.9 * rate  # the producer itself must have kept the pace
         and stats.messages == count,
         "lag_series": series,
+        # CPU of each process over the step (its events, and whatever backlog it worked off)
+        "cpu_us_per_event": CpuMeter.per_event_us(cpu_before, cpu_after, stats.messages),
     }
 
 
@@ -190,6 +200,22 @@ def _producer_max(
     return {"events": stats.messages, "seconds": stats.seconds, "events_per_s": stats.rate}
 
 
+def _cpu_meter(run: LiveRun) -> CpuMeter:
+    """The worker processes of ``run``, the broker and the Redis of the store URL."""
+    from urllib.parse import urlparse
+
+    workers = dict(run.children.pids())
+    port = urlparse(run.settings.store_url).port or 6379
+    return CpuMeter(
+        {
+            "pipeline": [workers["pipeline"]],
+            "fm": [workers["fm"]],
+            "broker": broker_pids(),
+            "redis": redis_pids(port),
+        }
+    )
+
+
 def run_pipeline(
     settings: Settings, cfg: PipelineConfig | None = None, smoke: bool = False
 ) -> BenchResult:
@@ -209,11 +235,12 @@ def run_pipeline(
         run.start("pipeline", PIPELINE_ROLES)
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
+        cpu = _cpu_meter(run)
         events = iter(read_traffic(traffic))
         rate: float | None = cfg.start_rate
         with LagSeries(run) as lags:
             while rate is not None:
-                step = _step(run, lags, events, rate, cfg)
+                step = _step(run, lags, events, rate, cfg, cpu)
                 steps.append(step)
                 if step["events"] < int(rate * cfg.step_s):
                     exhausted = True
@@ -226,8 +253,13 @@ def run_pipeline(
         time.sleep(1.5)  # workers flush the shared counters about once a second
         counters = {f: run.counter(f) for f in ("verified", "embedded", "fm_batches")}
     sustained = max((s["achieved_events_per_s"] for s in steps if s["kept_up"]), default=None)
+    best = max(
+        (s for s in steps if s["kept_up"]), key=lambda s: s["achieved_events_per_s"], default=None
+    )
     results: dict[str, Any] = {
         "sustained_events_per_s": sustained,
+        # at the sustained step (where the machine is busiest while keeping up); per step too
+        "cpu_us_per_event": None if best is None else best["cpu_us_per_event"],
         "producer_max": producer,
         "step_s": cfg.step_s,
         "growth_tolerance": cfg.growth_tolerance,
@@ -241,10 +273,17 @@ def run_pipeline(
 
 
 def pipeline_table(res: BenchResult) -> list[list[str]]:
-    """Rows ``target ev/s | achieved | lag slope/s | max lag | kept up`` per step."""
+    """Rows ``target ev/s | achieved | lag slope/s | max lag | kept up | CPU`` per step."""
     rows = []
     for s in res.results["steps"]:
         slope = s["lag_slope_per_s"]
+        cpu = s.get("cpu_us_per_event") or {}
+
+        def us(name: str, cpu: dict[str, Any] = cpu) -> str:
+            value = cpu.get(name)
+            return "n/a" if value is None else f"{value:.0f}"
+
+        parts = " / ".join(us(n) for n in ("pipeline", "fm", "broker", "redis"))
         rows.append(
             [
                 f"{s['target_events_per_s']:.0f}",
@@ -252,6 +291,7 @@ def pipeline_table(res: BenchResult) -> list[list[str]]:
                 "n/a" if slope is None else f"{slope:.1f}",
                 str(s["max_lag"]),
                 "yes" if s["kept_up"] else "**no**",
+                f"{us('total')} ({parts})",
             ]
         )
     return rows

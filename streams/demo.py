@@ -49,6 +49,10 @@ class Children:
         self.procs.append((name, proc))
         return proc
 
+    def pids(self) -> list[tuple[str, int]]:
+        """``(name, pid)`` of every process started."""
+        return [(name, proc.pid) for name, proc in self.procs]
+
     def check(self) -> None:
         for name, proc in self.procs:
             if proc.poll() is not None:

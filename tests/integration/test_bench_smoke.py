@@ -87,3 +87,8 @@ def test_pipeline_smoke_through_the_cli(settings: Settings, tmp_path: Path) -> N
     doc = _check(out, "pipeline")
     assert doc["results"]["steps"] and doc["results"]["producer_max"]["events"] > 0
     assert "| target ev/s |" in result.output
+    # CPU µs per event per process, measured from /proc over each step (issue 23)
+    cpu = doc["results"]["steps"][0]["cpu_us_per_event"]
+    assert set(cpu) == {"pipeline", "fm", "broker", "redis", "total"}
+    assert all(cpu[k] is not None and cpu[k] > 0 for k in ("pipeline", "fm", "broker", "total"))
+    assert cpu["total"] >= cpu["pipeline"] + cpu["fm"]
