@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.runtime import UserHistory
+from models.history import UserHistory
 
 Entry = tuple[int, int, int]  # (item_id, label, event_time_ms)
 __all__ = ["Entry", "HistoryBook", "UserHistory", "add_interaction", "history_before"]

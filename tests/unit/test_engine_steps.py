@@ -270,3 +270,14 @@ def test_foresight_scorer_counts_future_lookups_within_the_horizon() -> None:
     shorter = seer.with_horizon(500)  # same index, nearer horizon; the original is unchanged
     assert shorter.score(u[:1], i[:1], t[:1]).tolist() == [1.0]
     assert seer.score(u[:1], i[:1], t[:1]).tolist() == [2.0]
+
+
+def test_the_engine_history_does_not_load_onnxruntime() -> None:
+    """Issue 23: layers one-way. The engine's history (the simulator's and the agents' state)
+    needs only numpy; importing it used to load onnxruntime through models.runtime."""
+    import subprocess
+    import sys
+
+    code = "import sys, streams.engine.history; print('onnxruntime' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
