@@ -41,13 +41,21 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/pip" install "${constraint[@]}" "${ROOT}[${EXTRAS}]"
   "$VENV/bin/pip" uninstall -q -y solaris
   touch "$VENV/.complete"
-  # Each venv holds several GB (torch): drop the ones of older dependency sets.
-  for old in "$CACHE"/venv-*; do
-    [ "$old" != "$VENV" ] && [ -d "$old" ] && { echo "[venv] removing stale $old"; rm -rf "$old"; }
-  done
 else
   echo "[venv] reusing $VENV"
 fi
+touch "$VENV/.last-used"
+# Each venv holds several GB (torch): drop the ones no clone has set up for 14 days. Another
+# extras set in use (the GPU venv next to the CPU one) or another branch's lock stays.
+for old in "$CACHE"/venv-*; do
+  [ "$old" != "$VENV" ] && [ -d "$old" ] || continue
+  marker="$old/.last-used"
+  [ -e "$marker" ] || marker="$old"
+  if [ -n "$(find "$marker" -maxdepth 0 -mtime +14 2>/dev/null)" ]; then
+    echo "[venv] removing $old (unused for 14 days)"
+    rm -rf "$old"
+  fi
+done
 
 # An editable install left in the shared venv by the old layout would shadow nothing (the
 # clone's own comes first) but would still point at some clone: drop it.

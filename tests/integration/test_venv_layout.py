@@ -52,3 +52,37 @@ def test_a_second_clone_gets_its_own_code_and_leaves_this_one_alone(tmp_path: Pa
         timeout=120,
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
+
+
+def test_setup_keeps_other_venvs_in_use_and_drops_long_unused_ones() -> None:
+    """Issue 25: setup deleted every other ``venv-*`` in the cache, so a CPU and a GPU venv (or
+    two branches' locks) on one host rebuilt each other's several GB in turn."""
+    import os
+    import shutil
+    import time
+
+    from streams.settings import Settings
+
+    if not (REPO_ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this clone (run `make setup`)")
+    cache = Settings().cache_dir
+    in_use, unused = cache / "venv-test-in-use", cache / "venv-test-unused"
+    try:
+        for venv in (in_use, unused):
+            venv.mkdir(parents=True, exist_ok=True)
+            (venv / ".last-used").touch()
+        month_ago = time.time() - 30 * 86_400
+        os.utime(unused / ".last-used", (month_ago, month_ago))
+        done = subprocess.run(
+            ["bash", str(REPO_ROOT / "infra" / "venv.sh")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "SOLARIS_CACHE_DIR": str(cache)},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert in_use.is_dir(), "a venv used yesterday was removed"
+        assert not unused.exists(), "a venv unused for a month was kept"
+    finally:
+        shutil.rmtree(in_use, ignore_errors=True)
+        shutil.rmtree(unused, ignore_errors=True)
