@@ -14,6 +14,8 @@ from typing import Any
 import structlog
 
 _STD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+#: what :func:`configure_logging` was last called with (see :func:`reapply_logging`)
+_current: tuple[str, bool] | None = None
 
 
 def _extra_fields(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -47,3 +49,13 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    global _current
+    _current = (level, json)
+
+
+def reapply_logging() -> None:
+    """Install the last configuration again: Faust's worker replaces the root handlers with its
+    own plain-text ones when it starts, which made every worker log line after start-up plain
+    text even with ``--log-json`` (issue 25)."""
+    if _current is not None:
+        configure_logging(*_current)

@@ -390,6 +390,9 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default_factory=_default_data_dir, description="Real datasets.")
     log_level: str = Field("INFO", description="Log level of SOLARIS loggers.")
+    log_json: bool = Field(
+        False, description="Logs as JSON lines (as --log-json), e.g. for a cluster's log shipper."
+    )
     require_services: bool = Field(
         False, description="Tests: fail (not skip) integration tests when Kafka/Redis are down."
     )

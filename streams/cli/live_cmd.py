@@ -36,7 +36,6 @@ def worker(
     ] = None,
 ) -> None:
     """Start a Faust worker of the pipeline (several may run in one consumer group)."""
-    import faust
     from prometheus_client import start_http_server
 
     from store.values import version_tag
@@ -68,7 +67,22 @@ def worker(
         "fm" if roles == {"embed"} else "pipeline", version, version_tag(version)
     )
     console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
-    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+    worker_class = _faust_worker_class()
+    worker_class(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+
+
+def _faust_worker_class() -> type:
+    """Faust's worker, with SOLARIS's log format put back once Faust has set up its own."""
+    import faust
+
+    from streams.logs import reapply_logging
+
+    class Worker(faust.Worker):  # type: ignore[misc]
+        def on_setup_root_logger(self, logger: Any, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            reapply_logging()
+
+    return Worker
 
 
 def _refuse_unless_copartitioned(settings: Settings, extra: tuple[str, ...] = ()) -> None:

@@ -62,4 +62,5 @@ def _main(
     from streams.logs import configure_logging
     from streams.settings import Settings
 
-    configure_logging(Settings().log_level, json=log_json)
+    settings = Settings()
+    configure_logging(settings.log_level, json=log_json or settings.log_json)
