@@ -73,8 +73,10 @@ make_certs() {
   command -v "$KEYTOOL" >/dev/null || die "keytool not found (it comes with the JDK)"
   rm -rf "$TLS_DIR"
   mkdir -p "$TLS_DIR"
-  local pw="$STORE_PASSWORD" san="SAN=ip:127.0.0.1,dns:localhost"
-  local -a kt=("$KEYTOOL" -storetype PKCS12 -storepass "$pw" -noprompt)
+  local san="SAN=ip:127.0.0.1,dns:localhost"
+  # the store password reaches keytool through its environment, never its command line (ps)
+  export SOLARIS_KT_STOREPASS="$STORE_PASSWORD"
+  local -a kt=("$KEYTOOL" -storetype PKCS12 -storepass:env SOLARIS_KT_STOREPASS -noprompt)
   "${kt[@]}" -genkeypair -alias ca -keystore "$TLS_DIR/ca.p12" -keyalg RSA -keysize 2048 \
     -dname "CN=SOLARIS test CA" -ext bc:c -validity 30 2>/dev/null
   "${kt[@]}" -exportcert -rfc -alias ca -keystore "$TLS_DIR/ca.p12" -file "$TLS_DIR/ca.pem" 2>/dev/null
