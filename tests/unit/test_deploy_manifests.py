@@ -140,6 +140,27 @@ def test_services_select_existing_pods_and_ports() -> None:
             assert target in ports or target in ports.values(), (svc["metadata"]["name"], port)
 
 
+def test_network_policy_admits_only_the_named_ports_of_solaris_pods() -> None:
+    """Issue 24: nothing but probes, metrics and SOLARIS's own pods reach SOLARIS pods; every
+    port the policy names is a named port of a SOLARIS container, and every such port is
+    named (an unnamed one would be closed by the policy)."""
+    (policy,) = [d for _, d in _k8s_docs() if d["kind"] == "NetworkPolicy"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/part-of": "solaris"}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    served = {
+        p["name"]
+        for _, spec in _pod_specs()
+        for c in spec["containers"]
+        for p in c.get("ports", [])
+    }
+    assert allowed == served
+    for _, d in _k8s_docs():
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            assert d["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+
+
 # --- compose ------------------------------------------------------------------------------------
 
 
