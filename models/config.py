@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "5"  # 5, 4: vm_solaris serves missing-tier rows with the frozen vm; 3: five tiers
+CODE_VERSION = "6"  # 6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

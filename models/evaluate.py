@@ -43,12 +43,14 @@ TR_MODELS: dict[str, str] = {
     "solaris_kd": "vm_solaris_kd@{lag}",
     "solaris_aggregate": "vm_solaris_aggregate@{lag}",
     "solaris_missing": "vm_solaris_missing@{lag}",
+    "solaris_unavailable": "vm_solaris_unavailable@{lag}",
     "solaris_served": "vm_solaris_served@{lag}",
     "score_tiers": "vm_score_tiers@{lag}",
     "score_served": "vm_score_tiers_served@{lag}",
     # with a ServedTierSource: the VM trained and evaluated on what the serving engine read
     "solaris_engine": "vm_solaris_engine",
     "solaris_engine_missing": "vm_solaris_engine_missing",
+    "solaris_engine_unavailable": "vm_solaris_engine_unavailable",
     "solaris_engine_kd": "vm_solaris_engine_kd",
     # design B (decoded user state) in place of every non-exact tier the engine served
     "solaris_engine_state": "vm_solaris_engine_state",
@@ -106,24 +108,36 @@ def fm_gain_verdict(interval: Sequence[float]) -> str:
     return "negative" if hi < 0.0 else "within noise"
 
 
-def missing_model(keys: Sequence[str], cfg: TrainConfig) -> str:
-    """``vm_solaris`` (the served one) scored with every input missing."""
-    if "vm_solaris_engine_missing" in keys:
-        return "vm_solaris_engine_missing"
-    return f"vm_solaris_missing@{lag_name(cfg.serving_lag_ms)}"
+def missing_model(keys: Sequence[str], cfg: TrainConfig, kind: str = "unavailable") -> str:
+    """``vm_solaris`` (the served one) scored with every input ``unavailable`` (the store could
+    not be read: the degradation bar) or on the ``missing`` tier (nothing stored). Runs made
+    before the unavailable code existed fall back to the missing tier."""
+    lagged = f"vm_solaris_{kind}@{lag_name(cfg.serving_lag_ms)}"
+    for candidate in (f"vm_solaris_engine_{kind}", lagged):
+        if candidate in keys:
+            return candidate
+    return missing_model(keys, cfg, "missing") if kind == "unavailable" else lagged
 
 
 def _degradation(
-    stats: dict[str, dict[str, Any]], boot: BootstrapResult, model: str
+    stats: dict[str, dict[str, Any]], boot: BootstrapResult, model: str, missing: str
 ) -> dict[str, Any]:
-    """Graceful degradation, paired: ``vm_solaris`` with every input missing against the VM
-    (it holds when the interval of NE(missing) − NE(vm) includes 0 or lies below it)."""
+    """Graceful degradation, paired: ``vm_solaris`` with every input unavailable (a store
+    outage) against the VM; it holds when the interval of NE(unavailable) − NE(vm) includes 0
+    or lies below it. ``missing_tier`` is the same with every row on the missing tier (nothing
+    stored for anyone), reported for comparison: that tier is informative, not an outage."""
     lo, hi = boot.diff_interval.get("missing_minus_vm", (float("nan"), float("nan")))
+    m_lo, m_hi = boot.diff_interval.get("missing_tier_minus_vm", (float("nan"), float("nan")))
     return {
         "model": model,
         "ne_missing_minus_vm": stats[model]["ne"] - stats["vm"]["ne"],
         "ci95": [lo, hi],
         "holds": bool(lo <= 0.0),
+        "missing_tier": {
+            "model": missing,
+            "ne_minus_vm": stats[missing]["ne"] - stats["vm"]["ne"],
+            "ci95": [m_lo, m_hi],
+        },
     }
 
 
@@ -275,6 +289,7 @@ def evaluate_runs(
         diff_pairs={
             **{name: ("vm_kd", model) for name, (model, _) in bars.items()},
             "missing_minus_vm": (missing_model(keys, cfg), "vm"),
+            "missing_tier_minus_vm": (missing_model(keys, cfg, "missing"), "vm"),
         },
         headroom_pairs={name: (model, "vm_kd") for name, (model, _) in bars.items()},
     )
@@ -299,7 +314,9 @@ def evaluate_runs(
     extra: dict[str, Any] = {
         name: _beats_kd(stats, boot, name, model, len(runs)) for name, model in bars.items()
     }
-    extra["degradation"] = _degradation(stats, boot, missing_model(keys, cfg))
+    extra["degradation"] = _degradation(
+        stats, boot, missing_model(keys, cfg), missing_model(keys, cfg, "missing")
+    )
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     return {
@@ -393,10 +410,17 @@ def _bar_lines(report: dict[str, Any]) -> list[str]:
     if deg is not None:
         lo, hi = deg["ci95"]
         lines.append(
-            f"Every input missing ({deg['model']}): NE − NE(vm) = "
+            f"Every input unavailable, a store outage ({deg['model']}): NE − NE(vm) = "
             f"{_fmt(deg['ne_missing_minus_vm'])} [{_fmt(lo)}, {_fmt(hi)}] (paired): "
             + ("no worse than the VM." if deg["holds"] else "worse than the VM.")
         )
+        tier = deg.get("missing_tier")
+        if tier is not None:
+            t_lo, t_hi = tier["ci95"]
+            lines.append(
+                f"Every row on the missing tier, nothing stored ({tier['model']}): NE − NE(vm) "
+                f"= {_fmt(tier['ne_minus_vm'])} [{_fmt(t_lo)}, {_fmt(t_hi)}] (paired)."
+            )
     vs = report.get("vs_id_only")
     if vs is not None:
         trs = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in vs["transfer_ratio"].items())

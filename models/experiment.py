@@ -28,7 +28,7 @@ from models.data.errors import OneClassLabels
 from models.features import OOV, HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
 from models.offline_tiers import item_neighbour_mean, user_similar_items_mean, user_window_mean
-from models.runtime import TIER_AGGREGATE, TIER_EXACT, TIER_MISSING
+from models.runtime import TIER_AGGREGATE, TIER_EXACT, TIER_MISSING, TIER_UNAVAILABLE
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
 from models.train import Examples, Report, fm_batch_inputs, predict_fm, train_fm
@@ -382,6 +382,9 @@ def run_seed(
                 probs[f"vm_solaris_missing@{name}"] = predict_vm(
                     m, spec, test, np.full(n_test, TIER_MISSING, np.int64)
                 )
+                probs[f"vm_solaris_unavailable@{name}"] = predict_vm(
+                    m, spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
+                )
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
         if lag == cfg.serving_lag_ms:
             state, diagnostics = _fallback_diagnostics(
@@ -442,6 +445,9 @@ def run_seed(
         probs["vm_solaris_engine"] = predict_vm(m, engine_spec, test, None)
         probs["vm_solaris_engine_missing"] = predict_vm(
             m, engine_spec, test, np.full(n_test, TIER_MISSING, np.int64)
+        )
+        probs["vm_solaris_engine_unavailable"] = predict_vm(
+            m, engine_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
         )
         m_kd = fit(engine_kd_spec, "vm_solaris_engine_kd", data, family_key="vm_solaris_kd@0")
         probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)

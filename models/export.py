@@ -165,4 +165,7 @@ def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]
     if vm.embedding_dim:
         example = (*example, torch.zeros(b, vm.embedding_dim), torch.zeros(b, dtype=torch.int64))
     names = vm_input_names(vm)
-    return _export(_VMProb(vm), example, names, ("prob",), path, {"model_name": name, **metadata})
+    props = {"model_name": name, **metadata}
+    if vm.base is not None:  # the graph scores TIER_UNAVAILABLE rows with its baseline VM
+        props["baseline_on_unavailable"] = "1"
+    return _export(_VMProb(vm), example, names, ("prob",), path, props)

@@ -40,6 +40,12 @@ TIER_NEIGHBOUR_ITEM = 2
 TIER_NEIGHBOUR_AGGREGATE = 3
 TIER_MISSING = 4
 N_TIERS = 5
+#: a scorer-only code, not a served tier: the store could not be read (timeout, outage), so
+#: nothing is known about this row. A ``vm_solaris`` built with a baseline VM
+#: (``baseline_on_unavailable`` in its metadata) scores such rows exactly as that VM; to
+#: others it is the missing tier. Kept apart from ``TIER_MISSING`` because "nothing stored for
+#: this user" is itself informative (a new user), "the store did not answer" is not.
+TIER_UNAVAILABLE = N_TIERS
 TIER_NAMES: tuple[str, ...] = (
     "exact",
     "aggregate",
@@ -384,6 +390,8 @@ class SolarisRunner(VMRunner):
     ) -> None:
         super().__init__(session, user_vocab, item_vocab, history_len)
         self.dim = dim
+        #: the graph scores TIER_UNAVAILABLE rows with its frozen baseline VM (see the code)
+        self.baseline_on_unavailable = session.metadata.get("baseline_on_unavailable") == "1"
 
     def score(  # type: ignore[override]
         self,
@@ -403,10 +411,12 @@ class SolarisRunner(VMRunner):
         if tier.shape != (b,):
             raise InputError(f"tiers must be [{b}], got {tier.shape}")
         tier = tier.astype(np.int64)
-        if b and (tier.min() < 0 or tier.max() >= N_TIERS):
-            raise InputError(f"tier codes must be in 0..{N_TIERS - 1}")
+        if b and (tier.min() < 0 or tier.max() > TIER_UNAVAILABLE):
+            raise InputError(f"tier codes must be in 0..{TIER_UNAVAILABLE}")
+        if not self.baseline_on_unavailable:  # an older graph: unavailable is missing to it
+            tier = np.where(tier == TIER_UNAVAILABLE, TIER_MISSING, tier)
         if b == 0:
             return np.zeros(0, np.float32)
-        inputs["embedding"] = np.where((tier == TIER_MISSING)[:, None], 0.0, emb).astype(np.float32)
+        inputs["embedding"] = np.where((tier >= TIER_MISSING)[:, None], 0.0, emb).astype(np.float32)
         inputs["tier"] = tier
         return self.session.run(inputs)["prob"].astype(np.float32, copy=False)

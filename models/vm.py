@@ -18,13 +18,17 @@ history statistics and the mean of its own item embeddings over the user's last 
 plus that vector's dot product with the candidate's. ``vm_id_only`` is the variant without them.
 
 With a ``base`` (``TrainConfig.vm_solaris_baseline_on_missing``), an embedding variant is
-trained as before, on every row, and *serves* (eval mode, the exported graph) every row whose
-tier is *missing* with the trained plain ``vm`` (frozen, inside the same graph): with every
-input missing it *is* the baseline VM, so a store outage or a new user can never score worse
-than the ranker a team had before SOLARIS (issue 22's degradation bar, by construction).
-Measured on ml-100k (3 seeds) before this form: a residual (base + a correction gated off on
-missing) cut the transfer at exact coverage from 0.80 to 0.31; routing missing rows to the
-base also in training cut it to 0.65. Neither is needed for the bar.
+trained as before, on every row, and *serves* (eval mode, the exported graph) every row of the
+scorer-only code ``TIER_UNAVAILABLE`` (the store could not be read) with the trained plain
+``vm`` (frozen, inside the same graph): with every input unavailable it *is* the baseline VM,
+so a store outage can never score worse than the ranker a team had before SOLARIS (issue 22's
+degradation bar, by construction). Rows of the *missing* tier (nothing stored for the user:
+informative, e.g. a new user) keep this model's own score. Measured on 3 seeds before this
+form: a residual (base + a correction gated off on missing) cut TR at exact coverage on
+ml-100k from 0.80 to 0.31; routing every *missing* row to the base also in training cut it to
+0.65; routing every missing row to it only when serving kept 0.85 but made the engine-built
+served mix on synthetic 0.010 NE worse (0.8179 → 0.8279), where missing rows are new users
+the model had learnt to score better than the VM.
 
 Unseen ids map to the OOV slot (``models.features.OOV``); training replaces ids by OOV with
 probability ``id_dropout`` so that slot is trained for the test period's new users and items.
@@ -38,7 +42,11 @@ import torch
 from torch import nn
 
 from models.features import N_HOURS, N_WEEKDAYS, OOV
-from models.runtime import N_TIERS, TIER_MISSING  # the served tier codes (one-hot width)
+from models.runtime import (  # the served tier codes (one-hot width)
+    N_TIERS,
+    TIER_MISSING,
+    TIER_UNAVAILABLE,
+)
 from models.user_features import N_USER_STATS
 
 
@@ -67,7 +75,7 @@ class VerticalModel(nn.Module):
         base: VerticalModel | None = None,
     ) -> None:
         super().__init__()
-        #: a trained VM without FM inputs, frozen: in eval mode rows whose tier is missing get
+        #: a trained VM without FM inputs, frozen: in eval mode rows of TIER_UNAVAILABLE get
         #: the base's logit exactly, the others this model's own (graceful degradation)
         self.base = base
         if base is not None:
@@ -174,6 +182,8 @@ class VerticalModel(nn.Module):
         if self.embedding_dim:
             if embedding is None or tier is None:
                 raise ValueError("this VM variant needs embedding and tier")
+            unavailable = tier == TIER_UNAVAILABLE
+            tier = torch.where(unavailable, TIER_MISSING, tier)  # to this network: missing
             present = (tier != TIER_MISSING).to(torch.float32).unsqueeze(-1)
             e = (embedding - self.emb_mean) / self.emb_std * present
             parts.append(torch.relu(self.emb_proj(e)))
@@ -183,13 +193,10 @@ class VerticalModel(nn.Module):
             skip = skip + (score * self.tier_scale(tier)).squeeze(-1)
         x = torch.cat(parts, dim=1)
         out = self.mlp(x).squeeze(-1) + skip
-        if self.base is None:
-            return out
-        assert tier is not None  # checked above: a base only goes under an embedding variant
-        if self.training:  # trained on every row as itself, missing ones included
+        if self.base is None or self.training:  # trained on every row as itself
             return out
         base = self.base(*ids, context, user_stats=user_stats, recent_pos=recent_pos)
-        return torch.where(tier == TIER_MISSING, base, out)
+        return torch.where(unavailable, base, out)
 
     def train(self, mode: bool = True) -> VerticalModel:
         """The base stays in eval mode (no id dropout): it is a fixed, trained model."""

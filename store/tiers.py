@@ -16,6 +16,11 @@ class Tier(IntEnum):
     MISSING = 4  #: zeros; the VM is told via the tier feature
 
 
+#: not a served tier: the code a ranker gives ``vm_solaris`` for rows it could not read at all
+#: (store timeout or outage), as opposed to MISSING (read, nothing stored: itself informative).
+#: Same number as ``models.runtime.TIER_UNAVAILABLE``.
+UNAVAILABLE_CODE = len(Tier)
+
 #: both neighbour tiers (cumulative coverage "+ neighbours" counts them together)
 NEIGHBOUR_TIERS: tuple[Tier, ...] = (Tier.NEIGHBOUR_ITEM, Tier.NEIGHBOUR_AGGREGATE)
 

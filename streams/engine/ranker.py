@@ -17,7 +17,7 @@ from models.features import HistoryArrays
 from schemas.records import RequestEvent
 from store.history_values import StoredHistory
 from store.reader import FeatureReader
-from store.tiers import Tier
+from store.tiers import UNAVAILABLE_CODE, Tier
 
 
 class SolarisScorer(Protocol):
@@ -61,6 +61,8 @@ class RankResult:
     read_failed: bool = False
     #: the user's stored history, read in the same round trip when the scorer needs it
     history: StoredHistory | None = None
+    #: the read failed and the scorer's own baseline VM scored the rows it left missing
+    baseline_in_graph: bool = False
 
 
 def needs_baseline(result: RankResult) -> bool:
@@ -71,6 +73,8 @@ def needs_baseline(result: RankResult) -> bool:
     before). A request that is all missing on a healthy read keeps ``vm_solaris`` (that is
     what it was trained and evaluated on, and what the simulator serves).
     """
+    if result.baseline_in_graph:  # vm_solaris already scored them with its (fair) baseline
+        return False
     return (
         result.read_failed and len(result.tiers) > 0 and bool(np.all(result.tiers == Tier.MISSING))
     )
@@ -85,8 +89,10 @@ def rank(
     """Look up the request's candidates and score them (if ``scorer``).
 
     A scorer with streaming user features gets the user's history from the same round trip
-    (an empty one, as for a new user, when the read failed: the ranker then serves the plain VM
-    anyway, see :func:`needs_baseline`).
+    (an empty one, as for a new user, when the read failed). When the read failed, a scorer
+    with a baseline VM in its graph (``baseline_on_unavailable``) gets the rows left missing as
+    unavailable and scores them with that VM; others are replaced by the plain VM
+    (:func:`needs_baseline`).
     """
     items = np.asarray(request.candidates, np.int64)
     troubles = _troubles(reader)
@@ -104,15 +110,19 @@ def rank(
     read_ms = (time.perf_counter() - start) * 1000.0
     read_failed = _troubles(reader) > troubles
     scores = np.zeros(0, np.float32)
+    in_graph = read_failed and bool(getattr(scorer, "baseline_on_unavailable", False))
     if scorer is not None and len(items):
         n = len(items)
         user_history = history if history is not None else StoredHistory.empty()
+        scored_tiers = (
+            np.where(tiers == Tier.MISSING, UNAVAILABLE_CODE, tiers) if in_graph else tiers
+        )
         scores = scorer.score(
             np.full(n, request.user_id, np.int64),
             items,
             np.full(n, request.event_time_ms, np.int64),
             vectors,
-            tiers,
+            scored_tiers,
             **({"histories": [user_history] * n} if reads_history(scorer) else {}),
         )
     return RankResult(
@@ -126,6 +136,7 @@ def rank(
         read_ms,
         read_failed,
         history,
+        in_graph,
     )
 
 

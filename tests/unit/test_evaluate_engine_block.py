@@ -31,6 +31,7 @@ def _run(seed: int, y: np.ndarray) -> SeedRun:
     probs |= {
         "vm_solaris_engine": noisy(0.5),
         "vm_solaris_engine_missing": noisy(0.1),
+        "vm_solaris_engine_unavailable": noisy(0.1),
         "vm_solaris_offline_on_engine": noisy(0.3),
         "vm_solaris_engine_kd": noisy(0.55),
     }

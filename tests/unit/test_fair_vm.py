@@ -90,12 +90,15 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
         models["vm_id_only"]["ne"] - models["vm"]["ne"]
     )
     deg = report["degradation"]
-    assert deg["model"] == "vm_solaris_missing@10m"
-    missing_ne = report["lagged"]["10m"]["models"]["vm_solaris_missing"]["ne"]
-    assert deg["ne_missing_minus_vm"] == pytest.approx(missing_ne - ne["vm"])
+    assert deg["model"] == "vm_solaris_unavailable@10m"
+    unavailable_ne = report["lagged"]["10m"]["models"]["vm_solaris_unavailable"]["ne"]
+    assert deg["ne_missing_minus_vm"] == pytest.approx(unavailable_ne - ne["vm"])
     assert deg["holds"] == (deg["ci95"][0] <= 0)
+    missing_ne = report["lagged"]["10m"]["models"]["vm_solaris_missing"]["ne"]
+    assert deg["missing_tier"]["ne_minus_vm"] == pytest.approx(missing_ne - ne["vm"])
     text = markdown(report)
-    assert "Every input missing (vm_solaris_missing@10m)" in text
+    assert "Every input unavailable, a store outage (vm_solaris_unavailable@10m)" in text
+    assert "Every row on the missing tier" in text
     assert f"headroom closure h = {bar['headroom_closure']:.3f}" in text
     assert "Against the id-only VM" in text
 
@@ -200,6 +203,26 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     # ... and the history matters: as a new user the same candidates score otherwise
     assert not np.allclose(res.scores, bundle.solaris.score(*args, [UserHistory.empty()] * n))
 
+    # a store that cannot be read: the rows are unavailable, scored by the graph's baseline VM
+    # (the fair vm), not replaced by the id-only plain VM
+    from store.errors import StoreUnavailable
+    from streams.engine.ranker import needs_baseline
+
+    class Down(InMemoryStore):
+        def read(self, batch, timeout_ms):  # type: ignore[no-untyped-def]
+            raise StoreUnavailable("down")
+
+    assert bundle.solaris.baseline_on_unavailable
+    down = FeatureReader(Down(), ReaderConfig(dim=FAIR.embedding_dim))
+    failed = rank(RequestEvent("r", user, t, "feed", items), down, bundle.solaris)
+    assert failed.read_failed and failed.baseline_in_graph and not needs_baseline(failed)
+    from models.runtime import TIER_UNAVAILABLE
+
+    unavailable = (*args[:4], np.full(n, TIER_UNAVAILABLE, np.int64))
+    want = bundle.solaris.score(*unavailable, [UserHistory.empty()] * n)
+    np.testing.assert_array_equal(failed.scores, want)
+    assert not np.allclose(want, bundle.solaris.score(*args, [UserHistory.empty()] * n))
+
 
 @pytest.mark.parametrize(
     ("interval", "verdict"),
@@ -214,9 +237,10 @@ def test_fm_gain_verdict_reads_the_interval(interval: tuple[float, float], verdi
 def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
     impressions: Impressions, run: SeedRun
 ) -> None:
-    """The degradation bar by construction: vm_solaris routes missing-tier rows to the frozen
-    vm, so "every input missing" scores exactly as the plain (fair) VM, while served tiers
-    still move the scores."""
+    """The degradation bar by construction: vm_solaris scores rows of the scorer-only code
+    TIER_UNAVAILABLE (the store could not be read) with the frozen vm, so "every input
+    unavailable" scores exactly as the plain (fair) VM; the missing tier and served tiers keep
+    the model's own scores."""
     import torch
 
     assert FAIR.vm_solaris_baseline_on_missing
@@ -224,6 +248,7 @@ def test_vm_solaris_with_every_input_missing_is_the_baseline_vm(
     assert solaris.base is not None
     for p, q in zip(solaris.base.parameters(), vm.parameters(), strict=True):
         assert torch.equal(p, q)  # the trained vm, untouched by vm_solaris's training
-    missing = run.test_probs["vm_solaris_missing@10m"]
-    np.testing.assert_allclose(missing, run.test_probs["vm"], atol=1e-6)
-    assert not np.allclose(run.test_probs["vm_solaris_served@10m"], run.test_probs["vm"], atol=1e-3)
+    unavailable = run.test_probs["vm_solaris_unavailable@10m"]
+    np.testing.assert_allclose(unavailable, run.test_probs["vm"], atol=1e-6)
+    for kept in ("vm_solaris_missing@10m", "vm_solaris_served@10m"):
+        assert not np.allclose(run.test_probs[kept], run.test_probs["vm"], atol=1e-3), kept

@@ -90,6 +90,7 @@ def test_every_variant_predicts_every_test_row(run) -> None:  # type: ignore[no-
                 "vm_solaris",
                 "vm_solaris_aggregate",
                 "vm_solaris_missing",
+                "vm_solaris_unavailable",
                 "vm_solaris_served",
                 "vm_score_tiers",
                 "vm_score_tiers_served",

@@ -150,8 +150,8 @@ def test_bad_inputs_raise_input_error(bundle_dir: Path) -> None:
         b.fm.embed(u, i, t, [UserHistory.empty()])
     with pytest.raises(InputError):
         b.solaris.score(u, i, t, np.zeros((2, DIM + 1), np.float32), np.zeros(2, np.uint8))
-    with pytest.raises(InputError):
-        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 5]))
+    with pytest.raises(InputError):  # 5 is TIER_UNAVAILABLE (the store unread); 6 is nothing
+        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 6]))
     with pytest.raises(InputError):
         UserHistory.of([1, 2], [1, 1], [5, 4])  # not oldest first
     with pytest.raises(InputError):
