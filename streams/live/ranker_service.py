@@ -227,6 +227,8 @@ class RankerService:
                 "vm_scores": vm_scores.tolist(),
                 "tiers": result.tiers.tolist(),
                 "baseline_fallback": fallback,
+                # the read failed and vm_solaris scored the rows with its own (fair) baseline
+                "baseline_in_graph": result.baseline_in_graph,
             }
             producer.produce(
                 self.settings.topic("scores"),
