@@ -263,7 +263,7 @@ def evaluate_runs(
 ) -> dict[str, Any]:
     """The report dict for ``runs`` (one per seed, same split)."""
     split = runs[0].split
-    y = imps.label[split.test]
+    y = imps.vm_label[split.test]
     users = imps.user_id[split.test]
     keys = list(runs[0].test_probs)
     probs = {k: [r.test_probs[k] for r in runs] for k in keys}

@@ -75,10 +75,14 @@ class Impressions:
     item_id: np.ndarray  # int64 [N]
     event_time_ms: np.ndarray  # int64 [N]
     label: np.ndarray  # int8 [N]
+    #: cross-task transfer: the VMs' label on the same rows (the FM learns ``label``); None =
+    #: one task for every model
+    task_label: np.ndarray | None = None
 
     @classmethod
-    def from_columns(cls, cols: Any) -> Impressions:
-        """From part A's ``load_impressions`` view (attributes or mapping keys), time-sorted."""
+    def from_columns(cls, cols: Any, task_label: np.ndarray | None = None) -> Impressions:
+        """From part A's ``load_impressions`` view (attributes or mapping keys), time-sorted;
+        ``task_label`` (aligned with ``cols``) is the VMs' task when it differs from the FM's."""
 
         def col(name: str) -> np.ndarray:
             if isinstance(cols, Mapping):
@@ -87,12 +91,19 @@ class Impressions:
 
         t = col("event_time_ms").astype(np.int64)
         order = np.argsort(t, kind="stable")
+        task = None if task_label is None else np.asarray(task_label).astype(np.int8)[order]
         return cls(
             col("user_id").astype(np.int64)[order],
             col("item_id").astype(np.int64)[order],
             t[order],
             col("label").astype(np.int8)[order],
+            task,
         )
+
+    @property
+    def vm_label(self) -> np.ndarray:
+        """What the VMs learn and are judged on: the task label, or the FM's label."""
+        return self.label if self.task_label is None else self.task_label
 
     def examples(self) -> Examples:
         return Examples(self.user_id, self.item_id, self.event_time_ms, self.label)
@@ -200,6 +211,28 @@ def _fallback_diagnostics(
     return StateView(state_emb, has_state), out
 
 
+def _task_fm_probs(
+    cfg: TrainConfig,
+    imps: Impressions,
+    split: TimeSplit,
+    fm_vocab: Vocab,
+    index: HistoryIndex,
+    test: Examples,
+    seed: int,
+    say: Report,
+) -> np.ndarray:
+    """Cross-task reference: an FM of the same shape trained on period A with the VMs' label
+    (same history index, same vocabulary), its probabilities on the test rows. Only the TR's
+    denominator; nothing is transferred from it."""
+    task = Examples(imps.user_id, imps.item_id, imps.event_time_ms, imps.vm_label)
+    fm_task = train_fm(
+        cfg, fm_vocab, index, task.take(split.fm_train), task.take(split.fm_valid), seed, say
+    )
+    lags = np.zeros(len(test), dtype=np.int64)
+    _, logit = predict_fm(fm_task, fm_batch_inputs(fm_vocab, index, test, lags, cfg.history_len))
+    return 1.0 / (1.0 + np.exp(-logit))
+
+
 def verifier_vm(vms: Mapping[str, VerticalModel]) -> VerticalModel:
     """The VM the verify step runs: id-only (``vm_id_only`` when the ranking VMs are fair)."""
     return vms.get("vm_id_only", vms["vm"])
@@ -264,6 +297,8 @@ def run_seed(
     seconds: dict[str, float] = {}
     split = time_split(imps.event_time_ms, cfg.split, cfg.fm_valid_fraction, cfg.vm_valid_fraction)
     require_both_labels(imps.label, {"FM training": split.fm_train, "test": split.test})
+    if imps.task_label is not None:
+        require_both_labels(imps.vm_label, {"VM training": split.vm_train, "test": split.test})
     ex = imps.examples()
     index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
     fm_vocab = _fm_vocab(imps.item_id[split.fm_train])
@@ -277,6 +312,12 @@ def run_seed(
     views = {lag: _lag_views(cfg, fm, fm_vocab, index, bc, lag) for lag in cfg.lags_ms}
     teacher = views[0].logit if 0 in views else _lag_views(cfg, fm, fm_vocab, index, bc, 0).logit
     probs: dict[str, np.ndarray] = {"fm": 1.0 / (1.0 + np.exp(-teacher[sl_te]))}
+    if imps.task_label is not None:  # the TR's 1.0 is an FM that learnt the VMs' task
+        probs["fm_source"] = probs["fm"]
+        probs["fm"] = _task_fm_probs(
+            cfg, imps, split, fm_vocab, index, bc.take(np.arange(len(bc))[sl_te]), seed, say
+        )
+        seconds["fm_task"] = time.perf_counter() - clock - seconds["fm"]
 
     vm_rows = np.concatenate([split.vm_train, split.vm_valid])
     user_vocab = Vocab.build(imps.user_id[vm_rows])
@@ -285,7 +326,7 @@ def run_seed(
         user_vocab.lookup(bc.user),
         item_vocab.lookup(bc.item),
         context_features(bc.time_ms),
-        bc.label,
+        imps.vm_label[rows],
         teacher_logit=teacher,
     )
     if cfg.vm_user_features:  # the same history the FM reads, cut at the event time itself

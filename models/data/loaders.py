@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -196,7 +196,9 @@ def _check_row(user: int, item: int, ts_s: int) -> None:
         raise _BadRow("time_out_of_range")
 
 
-def _movielens_row(sep: str, cols: RatingColumns = MOVIELENS_COLUMNS) -> Callable[[str], Row]:
+def _movielens_row(
+    sep: str, cols: RatingColumns = MOVIELENS_COLUMNS, liked_rating: float = LIKED_RATING
+) -> Callable[[str], Row]:
     def parse(line: str) -> Row:
         parts = line.rstrip("\r\n").split(sep)
         if len(parts) != cols.n_fields:
@@ -210,22 +212,25 @@ def _movielens_row(sep: str, cols: RatingColumns = MOVIELENS_COLUMNS) -> Callabl
         if not (math.isfinite(rating) and 0.0 <= rating <= 5.0):
             raise _BadRow("rating_out_of_range")
         _check_row(user, item, ts_s)
-        return user, item, ts_s, int(rating >= LIKED_RATING)
+        return user, item, ts_s, int(rating >= liked_rating)
 
     return parse
 
 
-def _taobao_row(line: str) -> Row:
-    parts = line.rstrip("\r\n").split(",")
-    if len(parts) != 5:
-        raise _BadRow("field_count")
-    user, item, ts_s = _to_int(parts[0]), _to_int(parts[1]), _to_int(parts[4])
-    _to_int(parts[2])  # category id: not used, but a non-integer one marks a corrupt row
-    label = TAOBAO_BEHAVIORS.get(parts[3])
-    if label is None:
-        raise _BadRow("unknown_behavior")
-    _check_row(user, item, ts_s)
-    return user, item, ts_s, label
+def _taobao_row(behaviors: Mapping[str, int] = TAOBAO_BEHAVIORS) -> Callable[[str], Row]:
+    def parse(line: str) -> Row:
+        parts = line.rstrip("\r\n").split(",")
+        if len(parts) != 5:
+            raise _BadRow("field_count")
+        user, item, ts_s = _to_int(parts[0]), _to_int(parts[1]), _to_int(parts[4])
+        _to_int(parts[2])  # category id: not used, but a non-integer one marks a corrupt row
+        label = behaviors.get(parts[3])
+        if label is None:
+            raise _BadRow("unknown_behavior")
+        _check_row(user, item, ts_s)
+        return user, item, ts_s, label
+
+    return parse
 
 
 def _read_rows(
@@ -296,20 +301,23 @@ def find_movielens_file(path: Path) -> Path:
 
 
 def load_movielens(
-    path: Path, fmt: MovieLensFormat | str | None = None
+    path: Path, fmt: MovieLensFormat | str | None = None, liked_rating: float = LIKED_RATING
 ) -> tuple[Interactions, LoadReport]:
-    """Load MovieLens ratings (any of the three layouts); label = ``rating >= 4``.
+    """Load MovieLens ratings (any of the three layouts); label = ``rating >= liked_rating``.
 
     ``path`` is a ratings file or a folder holding one (directly or in an ``ml-*`` sub-folder).
     ``fmt`` overrides detection by file name. A RecBole atomic file (``*.inter``, see
-    ``models.data.atomic``) is read by the column names of its header.
+    ``models.data.atomic``) is read by the column names of its header. ``liked_rating`` other
+    than 4 defines another task on the same rows (``models.data.tasks``).
     """
     file = find_movielens_file(Path(path))
     if fmt is None and file.suffix == ATOMIC_SUFFIX:
-        return _read_rows(file, "movielens", _movielens_row("\t", read_header(file)), True)
+        parse = _movielens_row("\t", read_header(file), liked_rating)
+        return _read_rows(file, "movielens", parse, True)
     layout = MovieLensFormat(fmt) if fmt is not None else detect_movielens_format(file)
     has_header = layout is MovieLensFormat.ML_LATEST
-    return _read_rows(file, "movielens", _movielens_row(_ML_SEPARATORS[layout]), has_header)
+    parse = _movielens_row(_ML_SEPARATORS[layout], MOVIELENS_COLUMNS, liked_rating)
+    return _read_rows(file, "movielens", parse, has_header)
 
 
 def find_taobao_file(path: Path) -> Path:
@@ -324,9 +332,13 @@ def find_taobao_file(path: Path) -> Path:
     raise DatasetNotFound(f"Taobao: no UserBehavior.csv at {path}")
 
 
-def load_taobao(path: Path) -> tuple[Interactions, LoadReport]:
-    """Load Taobao UserBehavior (no header); label = cart/fav/buy (1) versus pv (0)."""
-    return _read_rows(find_taobao_file(Path(path)), "taobao", _taobao_row, has_header=False)
+def load_taobao(
+    path: Path, behaviors: Mapping[str, int] = TAOBAO_BEHAVIORS
+) -> tuple[Interactions, LoadReport]:
+    """Load Taobao UserBehavior (no header); label = ``behaviors[behaviour]`` (default:
+    cart/fav/buy (1) versus pv (0); another map defines another task on the same rows)."""
+    file = find_taobao_file(Path(path))
+    return _read_rows(file, "taobao", _taobao_row(behaviors), has_header=False)
 
 
 def load_dataset(name: DatasetName | str, data_dir: Path) -> tuple[Interactions, LoadReport]:

@@ -10,6 +10,7 @@ import typer
 
 from streams.cli import (
     bench_cmd,
+    cross_task_cmd,
     data_cmd,
     dead_letters_cmd,
     demo_cmd,
@@ -37,6 +38,7 @@ demo_cmd.register(app)
 bench_cmd.register(app)
 exporter_cmd.register(app)
 dead_letters_cmd.register(app)
+cross_task_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:
