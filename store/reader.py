@@ -87,11 +87,11 @@ class FeatureReader:
     def __init__(
         self,
         store: FeatureStore,
-        config: ReaderConfig | None = None,
+        config: ReaderConfig,
         cold_start: ColdStartIndex | None = None,
     ) -> None:
         self.store = store
-        self.config = config or ReaderConfig()
+        self.config = config
         self.cold_start = cold_start
         self.stats = ReaderStats()
         #: user -> the neighbours its last lookup read, least recently used first

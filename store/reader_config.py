@@ -12,27 +12,29 @@ from store.tiers import Tier
 
 @dataclass(frozen=True, slots=True)
 class ReaderConfig:
-    """Freshness and cost knobs of the reader."""
+    """Freshness and cost knobs of the reader. No defaults here: they are declared once, in
+    ``streams.settings.Settings``, and built by ``streams.engine.config`` (tests: its
+    ``ENGINE_DEFAULTS``)."""
 
-    dim: int = 64
-    pair_ttl_ms: int = 4 * 3_600_000
-    aggregate_ttl_ms: int = 24 * 3_600_000
+    dim: int
+    pair_ttl_ms: int
+    aggregate_ttl_ms: int
     #: max age of a *neighbour's* aggregate in the neighbour tier: it only imitates the user's
     #: embedding, so older values still beat "missing" (the VM sees the tier)
-    neighbour_aggregate_ttl_ms: int = 7 * 24 * 3_600_000
-    neighbour_ttl_ms: int = 24 * 3_600_000
-    deadline_ms: float = 20.0
+    neighbour_aggregate_ttl_ms: int
+    neighbour_ttl_ms: int
+    deadline_ms: float
     #: neighbours used per request (best first)
-    max_neighbours: int = 8
+    max_neighbours: int
     #: cap on (neighbour, item) pair keys in round 2; above it only neighbour aggregates are read
-    max_neighbour_pair_keys: int = 2_000
+    max_neighbour_pair_keys: int
     #: accept only values of this model version (CRC32 tag); None accepts any
-    version_tag: int | None = None
+    version_tag: int | None
     #: users remembered with the neighbours their last lookup read (0 = off, the default); see
     #: :meth:`FeatureReader._fill`. Saves the second round trip only when the same user comes
     #: back to the same reader while remembered (a ranker with user affinity), and costs extra
     #: round-1 keys otherwise: opt in with ``SOLARIS_READER_NEIGHBOUR_HINTS``.
-    neighbour_hints: int = 0
+    neighbour_hints: int
 
 
 @dataclass(slots=True)

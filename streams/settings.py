@@ -21,6 +21,8 @@ from pydantic_settings import (
 )
 
 HOUR_MS = 3_600_000
+RankBy = Literal["recurrence", "vm", "prior", "vm_x_prior"]
+"""What orders the pairs the verifier keeps per request (see ``streams.engine.verifier``)."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -198,6 +200,12 @@ class Settings(BaseSettings):
     aggregate_window_ms: int = Field(
         24 * HOUR_MS, gt=0, description="Rolling event-time window of user aggregates."
     )
+    aggregate_bucket_ms: int = Field(
+        HOUR_MS,
+        gt=0,
+        description="Bucket of the rolling aggregate window: a pair leaves the window within "
+        "one bucket of its age passing the window.",
+    )
     aggregate_ttl_ms: int = Field(
         24 * HOUR_MS, gt=0, description="Freshness TTL of a user aggregate after its newest pair."
     )
@@ -214,6 +222,12 @@ class Settings(BaseSettings):
         "when the bundle's vm_solaris reads them): a user idle longer looks new to the ranker.",
     )
     read_deadline_ms: float = Field(20.0, gt=0, description="Ranker read deadline per request.")
+    reader_max_neighbour_pair_keys: int = Field(
+        2_000,
+        ge=0,
+        description="Cap on (neighbour, item) pair keys in the reader's second round trip; above "
+        "it only the neighbours' aggregates are read.",
+    )
     reader_neighbour_hints: int = Field(
         0,
         ge=0,
@@ -261,6 +275,9 @@ class Settings(BaseSettings):
         "candidates", description="Comma-separated speculation strategies (candidates, lookahead)."
     )
     speculation_budget: int = Field(0, ge=0, description="Max proposals per request (0 = no cap).")
+    speculation_lookahead_items: int = Field(
+        10, ge=0, description="Look-ahead proposals per request (the lookahead strategy only)."
+    )
     refresh_after_ms: int = Field(
         2 * HOUR_MS, ge=0, description="Do not re-embed a pair embedded less than this ago."
     )
@@ -269,7 +286,7 @@ class Settings(BaseSettings):
     verifier_top_fraction: float | None = Field(
         0.5, description="Max verified pairs per request as a share of its candidates."
     )
-    verifier_rank_by: Literal["recurrence", "vm", "prior", "vm_x_prior"] = Field(
+    verifier_rank_by: RankBy = Field(
         "recurrence",
         description=(
             "Order of pairs kept per request: recurrence (user's recent candidate lists + item "
@@ -277,6 +294,11 @@ class Settings(BaseSettings):
         ),
     )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")
+    neighbour_exact_max: int = Field(
+        5_000,
+        ge=0,
+        description="Users up to which neighbour search is exact (brute force); above, hnswlib.",
+    )
     train_on_engine_tiers: bool = Field(
         True,
         description=(

@@ -105,7 +105,7 @@ def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> N
 class RollingAggregator:
     """Adds pair embeddings to per-user state and emits the user's current aggregate."""
 
-    def __init__(self, window_ms: int = 24 * 3_600_000, bucket_ms: int = 3_600_000) -> None:
+    def __init__(self, window_ms: int, bucket_ms: int) -> None:
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms

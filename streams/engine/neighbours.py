@@ -106,14 +106,14 @@ class UserRepresentations:
 
 @dataclass(frozen=True, slots=True)
 class NeighbourConfig:
-    k: int = 8
-    min_similarity: float = 0.0
-    exact_max: int = 5_000
+    k: int
+    min_similarity: float
+    exact_max: int
     #: rebuild the index and lists every this much event time
-    interval_ms: int = 10 * 60_000
+    interval_ms: int
     #: ... and earlier when the users with an aggregate have grown by this factor since the last
     #: build, so a cold index fills within minutes instead of one interval (1 = interval only)
-    growth_factor: float = 2.0
+    growth_factor: float
 
 
 class NeighbourIndex:

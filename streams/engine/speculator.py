@@ -23,13 +23,13 @@ STRATEGIES = ("candidates", "lookahead")
 class SpeculatorConfig:
     """Which strategies run and how many proposals one request may make."""
 
-    strategies: tuple[str, ...] = ("candidates",)
+    strategies: tuple[str, ...]
     #: max proposals per request (caps verifier cost); 0 = unlimited
-    budget: int = 0
+    budget: int
     #: look-ahead proposals per request (only with the ``lookahead`` strategy)
-    lookahead_items: int = 10
+    lookahead_items: int
     #: a pair embedded less than this long ago (event time) is not proposed again
-    refresh_after_ms: int = 2 * 3_600_000
+    refresh_after_ms: int
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)

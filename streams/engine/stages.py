@@ -17,7 +17,6 @@ from streams.engine.neighbours import UserRepresentations
 from streams.engine.recurrence import RecurrencePrior
 from streams.engine.speculator import Speculator, SpeculatorConfig
 from streams.engine.verifier import Verifier, VerifierConfig
-from streams.settings import HOUR_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +40,7 @@ def build_stages(
     verifier: VerifierConfig,
     models: EngineModels,
     aggregate_window_ms: int,
-    aggregate_bucket_ms: int = HOUR_MS,
+    aggregate_bucket_ms: int,
     verify: bool = True,
     use_neighbours: bool = True,
 ) -> Stages:

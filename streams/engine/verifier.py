@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, get_args
 
 import numpy as np
 
 from schemas.records import PairProposal
 from streams.engine.recurrence import RecurrencePrior
+from streams.settings import RankBy
 
 
 class PairScorer(Protocol):
@@ -28,19 +29,19 @@ class PairScorer(Protocol):
         ...
 
 
-RANKINGS = ("vm", "prior", "vm_x_prior", "recurrence")
+RANKINGS: tuple[str, ...] = get_args(RankBy)
 
 
 @dataclass(frozen=True, slots=True)
 class VerifierConfig:
-    threshold: float | None = None
-    top_k: int | None = None
-    top_fraction: float | None = 0.5
+    threshold: float | None
+    top_k: int | None
+    top_fraction: float | None
     #: what orders the pairs kept per request: "recurrence" (the user's recent candidate lists
     #: plus the item prior, see :mod:`streams.engine.recurrence`; VM score breaks ties), the
     #: VM's score ("vm"), the item prior alone ("prior"), or prior × VM ("vm_x_prior"); the
     #: threshold always applies to the VM score
-    rank_by: str = "recurrence"
+    rank_by: RankBy
 
     def __post_init__(self) -> None:
         if self.rank_by not in RANKINGS:

@@ -8,7 +8,6 @@ from store.protocol import FeatureStore
 from streams.engine.config import EngineConfig
 from streams.engine.models import EngineModels
 from streams.engine.stages import build_stages
-from streams.engine.steps.verify import VerifyKnobs
 from streams.live.stats import STATS_BACKENDS, LiveStats
 from streams.settings import Settings
 
@@ -17,7 +16,7 @@ class Components:
     """Per-process engine state that is not in Faust tables (models, counters, local stats)."""
 
     def __init__(self, settings: Settings, models: EngineModels, store: FeatureStore) -> None:
-        cfg = EngineConfig.from_settings(settings)
+        cfg = EngineConfig.from_settings(settings, models.fm.dim)
         self.settings = settings
         self.config = cfg
         self.models = models
@@ -26,11 +25,9 @@ class Components:
         # The recurrence prior is fed by the requests agent and read by the verify agent of the
         # same worker (same partitions), in the simulator's order.
         self.stages = build_stages(
-            cfg.speculator, cfg.verifier, models, settings.aggregate_window_ms
+            cfg.speculator, cfg.verifier, models, cfg.aggregate_window_ms, cfg.aggregate_bucket_ms
         )
-        self.knobs = VerifyKnobs(
-            cfg.speculator.refresh_after_ms, settings.pair_ttl_ms, settings.history_len
-        )
+        self.knobs = cfg.verify_knobs()
         self.reps = self.stages.reps
         #: newest event time seen by this worker (drives event-time decisions in timers)
         self.now_ms = 0

@@ -35,8 +35,9 @@ from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
 from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
+from streams.engine.config import neighbour_config
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
-from streams.engine.neighbours import ItemVectors, NeighbourConfig, NeighbourIndex
+from streams.engine.neighbours import ItemVectors, NeighbourIndex
 from streams.engine.ranker import SolarisScorer, needs_baseline, rank
 from streams.engine.verifier import PairScorer
 from streams.kafka_clients import make_consumer, make_producer
@@ -110,9 +111,7 @@ class RankerService:
             SnapshotLoader(
                 reader.store,
                 items,
-                NeighbourConfig(
-                    k=settings.neighbours_k, min_similarity=settings.neighbour_min_similarity
-                ),
+                neighbour_config(settings),
                 reader.config.version_tag,
                 self._install_cold_start,
                 options.snapshot_every_s,

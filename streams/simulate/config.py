@@ -1,42 +1,76 @@
-"""Knobs of one simulation run (defaults = the documented SOLARIS defaults)."""
+"""Knobs of one simulation run: the live pipeline's :class:`EngineConfig` plus the run's own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from store.reader import ReaderConfig
-from streams.engine.config import EngineConfig, reader_config
+from streams.engine.config import ENGINE_FIELDS, EngineConfig
 from streams.engine.neighbours import NeighbourConfig
 from streams.engine.speculator import SpeculatorConfig
 from streams.engine.verifier import VerifierConfig
-from streams.settings import HOUR_MS, Settings
+from streams.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    speculator: SpeculatorConfig = field(default_factory=SpeculatorConfig)
-    verifier: VerifierConfig = field(default_factory=VerifierConfig)
-    neighbours: NeighbourConfig = field(default_factory=NeighbourConfig)
-    reader: ReaderConfig = field(default_factory=ReaderConfig)
+    """``engine`` is exactly what the live pipeline runs with (default: every setting at its
+    default); the other fields are the simulation's own."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig.defaults)
     #: False = skip the VM and send every proposal to the FM (oracle runs)
     verify: bool = True
     use_neighbours: bool = True
-    history_len: int = 20
-    aggregate_window_ms: int = 24 * HOUR_MS
-    aggregate_bucket_ms: int = HOUR_MS
-    #: store TTL of user histories (written when vm_solaris reads streaming user features)
-    history_store_ttl_ms: int = 30 * 24 * HOUR_MS
     #: impressions at or after this event time are the test period (NE/AUC); None = no eval
     test_start_ms: int | None = None
 
+    def with_changes(self, **changes: Any) -> SimConfig:
+        """A copy with ``changes``: engine field names (``reader=``, ``verifier=``, …) go to
+        the engine, the others to this config."""
+        engine = {k: v for k, v in changes.items() if k in ENGINE_FIELDS}
+        own = {k: v for k, v in changes.items() if k not in ENGINE_FIELDS}
+        return replace(self, engine=self.engine.with_changes(**engine), **own)
+
+    @property
+    def speculator(self) -> SpeculatorConfig:
+        return self.engine.speculator
+
+    @property
+    def verifier(self) -> VerifierConfig:
+        return self.engine.verifier
+
+    @property
+    def neighbours(self) -> NeighbourConfig:
+        return self.engine.neighbours
+
+    @property
+    def reader(self) -> ReaderConfig:
+        return self.engine.reader
+
+    @property
+    def history_len(self) -> int:
+        return self.engine.history_len
+
+    @property
+    def aggregate_window_ms(self) -> int:
+        return self.engine.aggregate_window_ms
+
+    @property
+    def aggregate_bucket_ms(self) -> int:
+        return self.engine.aggregate_bucket_ms
+
+    @property
+    def history_store_ttl_ms(self) -> int:
+        return self.engine.history_store_ttl_ms
+
     @property
     def pair_ttl_ms(self) -> int:
-        return self.reader.pair_ttl_ms
+        return self.engine.pair_ttl_ms
 
     @property
     def aggregate_store_ttl_ms(self) -> int:
-        """Physical TTL of aggregates: as long as any tier may read them."""
-        return max(self.reader.aggregate_ttl_ms, self.reader.neighbour_aggregate_ttl_ms)
+        return self.engine.aggregate_store_ttl_ms
 
 
 def sim_config_from_settings(
@@ -47,15 +81,8 @@ def sim_config_from_settings(
 ) -> SimConfig:
     """The simulator configured exactly like the live pipeline of ``settings``; pass the
     bundle's ``model_version`` so its reader is gated like the ranker's (see
-    :func:`reader_config`; :func:`streams.simulate.run.simulate` gates it from the FM if not)."""
-    engine = EngineConfig.from_settings(settings)
+    :func:`~streams.engine.config.reader_config`; :func:`streams.simulate.run.simulate` gates it
+    from the FM if not)."""
     return SimConfig(
-        speculator=engine.speculator,
-        verifier=engine.verifier,
-        neighbours=engine.neighbours,
-        reader=reader_config(settings, dim, model_version),
-        history_len=settings.history_len,
-        aggregate_window_ms=settings.aggregate_window_ms,
-        history_store_ttl_ms=settings.history_store_ttl_ms,
-        test_start_ms=test_start_ms,
+        EngineConfig.from_settings(settings, dim, model_version), test_start_ms=test_start_ms
     )

@@ -12,7 +12,6 @@ from store.protocol import FeatureStore
 from store.values import version_tag
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.models import EngineModels
-from streams.engine.speculator import SpeculatorConfig
 from streams.simulate.baselines import ForesightScorer, NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import combine, run_summary
@@ -26,14 +25,16 @@ Progress = Callable[[str, int], None]
 def oracle_config(config: SimConfig) -> SimConfig:
     """Every candidate of every earlier request embedded: no verifier, no budget, no dedupe.
     Ungated (see :func:`reference`): the oracle embeds with :class:`NullFM`."""
-    spec = SpeculatorConfig(strategies=("candidates",), budget=0, refresh_after_ms=0)
-    return dataclasses.replace(reference(config), speculator=spec, verify=False, test_start_ms=None)
+    spec = dataclasses.replace(
+        config.speculator, strategies=("candidates",), budget=0, refresh_after_ms=0
+    )
+    return reference(config).with_changes(speculator=spec, verify=False, test_start_ms=None)
 
 
 def reference(config: SimConfig) -> SimConfig:
     """``config`` with its reader's version gate removed, for reference runs that embed with
     another model (:class:`NullFM`); :func:`gated` then gates it to that model."""
-    return dataclasses.replace(config, reader=dataclasses.replace(config.reader, version_tag=None))
+    return config.with_changes(reader=dataclasses.replace(config.reader, version_tag=None))
 
 
 def gated(config: SimConfig, fm: EmbeddingModel) -> SimConfig:
@@ -46,7 +47,7 @@ def gated(config: SimConfig, fm: EmbeddingModel) -> SimConfig:
             f"reader is gated to version tag {config.reader.version_tag}, "
             f"the FM is {fm.model_version!r} (tag {tag})"
         )
-    return dataclasses.replace(config, reader=dataclasses.replace(config.reader, version_tag=tag))
+    return config.with_changes(reader=dataclasses.replace(config.reader, version_tag=tag))
 
 
 def _run(
@@ -94,7 +95,7 @@ def simulate(
         # Baselines at the same budget: random scores and scores that know the future, ranked
         # as they are (never re-ranked by a prior).
         verifier = dataclasses.replace(config.verifier, rank_by="vm")
-        cfg = dataclasses.replace(reference(config), test_start_ms=None, verifier=verifier)
+        cfg = reference(config).with_changes(test_start_ms=None, verifier=verifier)
         random = run_summary(
             _run(
                 "random",

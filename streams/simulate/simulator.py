@@ -31,7 +31,7 @@ from streams.engine.stages import build_stages
 from streams.engine.steps.embed import embed_input
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
-from streams.engine.steps.verify import LedgerState, VerifyKnobs, verify_requests
+from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
 from streams.simulate.evaluation import EvalRows
 
@@ -71,9 +71,7 @@ class Simulator:
         self.verifier = self.stages.verifier
         self.aggregator = self.stages.aggregator
         self.reps = self.stages.reps
-        self.knobs = VerifyKnobs(
-            config.speculator.refresh_after_ms, config.pair_ttl_ms, config.history_len
-        )
+        self.knobs = config.engine.verify_knobs()
         self.saved_reps: dict[int, SavedRep] = {}
         self.ledgers: dict[int, LedgerState] = {}
         self.agg_states: dict[int, AggregateState] = {}

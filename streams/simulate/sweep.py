@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from streams.engine.models import EngineModels
-from streams.engine.verifier import VerifierConfig
 from streams.simulate.baselines import NullFM, RandomScorer
 from streams.simulate.config import SimConfig
 from streams.simulate.report import run_summary
@@ -54,7 +53,7 @@ def sweep(
     seer = foresight_scorer(events, max(ttls_ms))  # one pass over the traffic for every TTL
     for ttl in ttls_ms:
         reader = dataclasses.replace(base.reader, pair_ttl_ms=ttl)
-        cfg_ttl = dataclasses.replace(base, reader=reader, test_start_ms=None)
+        cfg_ttl = base.with_changes(reader=reader, test_start_ms=None)
         oracles[ttl] = _point(
             events, oracle_config(cfg_ttl), EngineModels(null, items=models.items)
         )
@@ -66,8 +65,10 @@ def sweep(
         selectors.append(("foresight", seer.with_horizon(ttl), "vm"))
         for frac in fractions:
             for selector, scorer, ranking in selectors:
-                verifier = VerifierConfig(top_fraction=frac, rank_by=ranking)
-                cfg = dataclasses.replace(cfg_ttl, verifier=verifier)
+                verifier = dataclasses.replace(
+                    base.verifier, threshold=None, top_k=None, top_fraction=frac, rank_by=ranking
+                )
+                cfg = cfg_ttl.with_changes(verifier=verifier)
                 if progress is not None:
                     progress(f"ttl {ttl // 60_000} min, budget {frac:.2f}, {selector}")
                 point = _point(events, cfg, EngineModels(null, scorer, items=models.items))

@@ -150,7 +150,7 @@ def folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]
     from streams.engine.aggregator import AggregateState, RollingAggregator
 
     codec = Codec()
-    aggregator = RollingAggregator(settings.aggregate_window_ms)
+    aggregator = RollingAggregator(settings.aggregate_window_ms, settings.aggregate_bucket_ms)
     copies: Counter[Pair] = Counter()
     states: dict[int, AggregateState] = {}
     last: dict[int, Any] = {}

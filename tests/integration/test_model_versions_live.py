@@ -256,7 +256,9 @@ def test_no_aggregate_mixes_versions(switch_run: dict[str, Any]) -> None:
     assert only_b
     users_with_a_in_window = 0
     for user, embs in only_b.items():
-        want = RollingAggregator(s.aggregate_window_ms).add(AggregateState(), embs)
+        want = RollingAggregator(s.aggregate_window_ms, s.aggregate_bucket_ms).add(
+            AggregateState(), embs
+        )
         assert want is not None
         got = decode_vector(switch_run["after"][f"{prefix}:{{u{user}}}:agg".encode()])
         assert (got.count, got.version_tag) == (want.count, version_tag(b)), user

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +28,10 @@ import pytest
 
 from schemas.records import NeighbourList, PairEmbedding
 from store.keys import KeyLayout
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.redis_store import RedisStore
 from store.tiers import Tier
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.settings import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -202,7 +203,7 @@ def _run_queue_wait_ms() -> float:
 
 
 def _measure(port: int, layout: KeyLayout) -> list[Row]:
-    config = ReaderConfig(dim=DIM, pair_ttl_ms=HOUR, deadline_ms=DEADLINE_MS)
+    config = replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=HOUR, deadline_ms=DEADLINE_MS)
     rows = []
     for k in range(READERS):
         store = RedisStore(f"redis://127.0.0.1:{port}/0", layout)
@@ -265,7 +266,7 @@ def test_redis_down_then_up_costs_no_deadline_and_leaves_no_thread(private_redis
     dead_port = _free_port()  # nothing listens: connection refused
     others = set(threading.enumerate())  # pools of other tests' readers may still run
     store = RedisStore(f"redis://127.0.0.1:{dead_port}/0", layout)
-    reader = FeatureReader(store, ReaderConfig(dim=DIM, pair_ttl_ms=HOUR))
+    reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=HOUR))
     t0 = time.perf_counter()
     tiers = reader.lookup(EXACT_USER, ITEMS, T0 + 1).tiers
     assert (time.perf_counter() - t0) * 1000.0 < DEADLINE_MS  # fails fast: never connects
@@ -276,7 +277,7 @@ def test_redis_down_then_up_costs_no_deadline_and_leaves_no_thread(private_redis
     # a live Redis: served from the first lookup on
     store = RedisStore(f"redis://127.0.0.1:{private_redis}/0", layout)
     try:
-        reader = FeatureReader(store, ReaderConfig(dim=DIM, pair_ttl_ms=HOUR))
+        reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=HOUR))
         assert (reader.lookup(EXACT_USER, ITEMS, T0 + 1).tiers == Tier.EXACT).all()
     finally:
         store.close()

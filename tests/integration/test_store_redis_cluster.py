@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,10 +25,11 @@ from store.errors import StoreTimeout, StoreUnavailable
 from store.factory import open_store
 from store.keys import KeyLayout
 from store.protocol import ReadBatch
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.redis_cluster_store import RedisClusterStore, batch_keys, batch_slots, group_by_slot
 from store.tiers import Tier
 from store.values import decode_vector
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.settings import REPO_ROOT, Settings
 from tests.contract.store_contract import StoreContract, pair
 
@@ -268,10 +270,10 @@ class TestRedisClusterStore(StoreContract):
         store.write_pairs([pair(300, i, seed=i) for i in range(20)], 60_000)
         # The unstalled read has a generous deadline: a cold first read (slot table, connections)
         # on a loaded CI machine can itself take over 100 ms (it did once: all MISSING).
-        patient = FeatureReader(store, ReaderConfig(dim=8, deadline_ms=5000.0))
+        patient = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=8, deadline_ms=5000.0))
         fresh = patient.lookup(300, range(20), T0 + 1)
         assert (fresh.tiers == Tier.EXACT).all()
-        reader = FeatureReader(store, ReaderConfig(dim=8, deadline_ms=100.0))
+        reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=8, deadline_ms=100.0))
         with paused_master(cluster_url, store.layout.pair(300, 0), 1000):
             t0 = time.perf_counter()
             out = reader.lookup(300, range(20), T0 + 1)

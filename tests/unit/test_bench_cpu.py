@@ -30,7 +30,11 @@ def test_live_child_processes_count_and_are_found_by_command_line() -> None:
     busy = f"import time; e=time.process_time()+3\nwhile time.process_time()<e: pass  # {marker}"
     child = subprocess.Popen([sys.executable, "-c", busy])
     try:
-        assert child.pid in pids_with(lambda cmd: marker in cmd)
+        # the child's command line appears once it has exec'd: poll (a loaded machine is slow)
+        deadline = time.monotonic() + 5.0
+        while child.pid not in pids_with(lambda cmd: marker in cmd):
+            assert time.monotonic() < deadline, "child never found by its command line"
+            time.sleep(0.02)
         mine = cpu_seconds(os.getpid(), with_children=False)
         before = cpu_seconds(os.getpid())
         time.sleep(1.0)  # this process sleeps; its child burns CPU

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from streams.engine.config import EngineConfig
+
 pytest.importorskip("matplotlib", reason="matplotlib comes with the train extra")
 
 from store.tiers import TIER_NAMES
@@ -141,7 +143,6 @@ def _latency_events() -> list[Any]:
 
 
 def _sim(delay_ms: int | None) -> Any:
-    from store.reader import ReaderConfig
     from streams.demo_offline import LatencySimulator
     from streams.engine.models import EngineModels
     from streams.simulate.config import SimConfig
@@ -149,7 +150,7 @@ def _sim(delay_ms: int | None) -> Any:
     from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
     models = EngineModels(FakeFM(8), FakeVM(), FakeSolaris(), FakeItems(8))
-    config = SimConfig(reader=ReaderConfig(dim=8))
+    config = SimConfig(EngineConfig.defaults(8))
     if delay_ms is None:
         return Simulator(config, models)
     return LatencySimulator(config, models, delay_ms)

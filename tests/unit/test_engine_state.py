@@ -84,7 +84,7 @@ def test_aggregate_is_mean_over_24h_of_event_time() -> None:
 
 
 def test_aggregate_ignores_redelivered_embeddings_and_round_trips_json() -> None:
-    agg = RollingAggregator()
+    agg = RollingAggregator(window_ms=24 * H, bucket_ms=H)
     state = AggregateState()
     agg.add(state, [emb(1, T0, 1.0)])
     assert agg.add(state, [emb(1, T0, 1.0)]) is None

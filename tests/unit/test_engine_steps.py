@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from schemas.records import PairProposal, RequestEvent
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.embedder import Embedder
 from streams.engine.history import UserHistory
 from streams.engine.lookahead import DecayedCounter, Lookahead
-from streams.engine.neighbours import NeighbourConfig, NeighbourIndex, UserRepresentations
-from streams.engine.speculator import Speculator, SpeculatorConfig
-from streams.engine.verifier import Verifier, VerifierConfig
+from streams.engine.neighbours import NeighbourIndex, UserRepresentations
+from streams.engine.speculator import Speculator
+from streams.engine.verifier import Verifier
 from tests.fakes import FakeFM, FakeItems
 
 T0 = 1_700_000_000_000
@@ -23,7 +26,7 @@ def req(cands: tuple[int, ...], t: int = T0, user: int = 1) -> RequestEvent:
 
 
 def test_speculator_skips_fresh_pairs_and_caps_budget() -> None:
-    spec = Speculator(SpeculatorConfig(budget=2, refresh_after_ms=H))
+    spec = Speculator(replace(ENGINE_DEFAULTS.speculator, budget=2, refresh_after_ms=H))
     ledger = {10: T0 - 10}
     out = spec.propose(req((10, 11, 12, 13)), ledger)
     assert [p.item_id for p in out] == [11, 12]
@@ -35,7 +38,7 @@ def test_speculator_skips_fresh_pairs_and_caps_budget() -> None:
 
 def test_speculator_rejects_unknown_strategy() -> None:
     with pytest.raises(ValueError, match="unknown speculation"):
-        SpeculatorConfig(strategies=("magic",))
+        replace(ENGINE_DEFAULTS.speculator, strategies=("magic",))
 
 
 def test_lookahead_proposes_covisited_then_trending() -> None:
@@ -45,7 +48,10 @@ def test_lookahead_proposes_covisited_then_trending() -> None:
     for _ in range(3):
         la.observe([], 9, 0, T0 + 20)  # 9 trending
     spec = Speculator(
-        SpeculatorConfig(strategies=("candidates", "lookahead"), lookahead_items=2), la
+        replace(
+            ENGINE_DEFAULTS.speculator, strategies=("candidates", "lookahead"), lookahead_items=2
+        ),
+        la,
     )
     out = spec.propose(req((5,), T0 + 30), {}, recent_positive_items=[1])
     assert [(p.item_id, p.strategy) for p in out] == [
@@ -75,7 +81,10 @@ def props(n: int) -> list[PairProposal]:
 
 
 def test_verifier_top_fraction_keeps_best_in_original_order() -> None:
-    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5, rank_by="vm"))
+    v = Verifier(
+        _Scores([0.1, 0.9, 0.5, 0.7]),
+        replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="vm"),
+    )
     kept = v.verify_many([props(4)])[0]
     assert [p.item_id for p in kept] == [101, 103]
     assert kept[0].score == pytest.approx(0.9)
@@ -85,7 +94,7 @@ def test_verifier_top_fraction_keeps_best_in_original_order() -> None:
 def test_verifier_threshold_and_top_k_across_groups() -> None:
     v = Verifier(
         _Scores([0.9, 0.2, 0.8, 0.7, 0.6]),
-        VerifierConfig(threshold=0.5, top_k=1, top_fraction=None, rank_by="vm"),
+        replace(ENGINE_DEFAULTS.verifier, threshold=0.5, top_k=1, top_fraction=None, rank_by="vm"),
     )
     a, b = v.verify_many([props(2), props(3)])
     assert [p.item_id for p in a] == [100] and [p.item_id for p in b] == [100]
@@ -96,7 +105,7 @@ def test_verifier_drops_non_finite_scores_before_ranking() -> None:
     """A broken VM score (+inf ranks first, NaN anywhere) must not take a valid pair's slot."""
     v = Verifier(
         _Scores([0.1, float("inf"), 0.5, float("nan"), 0.7]),
-        VerifierConfig(top_fraction=0.4, rank_by="vm"),
+        replace(ENGINE_DEFAULTS.verifier, top_fraction=0.4, rank_by="vm"),
     )
     kept = v.verify_many([props(5)])[0]
     assert [p.item_id for p in kept] == [102, 104]
@@ -121,8 +130,12 @@ def test_neighbour_index_exact_and_hnsw_agree() -> None:
     for u in range(300):
         reps.observe(u, rng.integers(0, 50, size=10).tolist(), T0)
     users = list(range(300))
-    exact = NeighbourIndex(users, reps.get(users), reps, NeighbourConfig(k=5, exact_max=10_000))
-    ann = NeighbourIndex(users, reps.get(users), reps, NeighbourConfig(k=5, exact_max=10))
+    exact = NeighbourIndex(
+        users, reps.get(users), reps, replace(ENGINE_DEFAULTS.neighbours, k=5, exact_max=10_000)
+    )
+    ann = NeighbourIndex(
+        users, reps.get(users), reps, replace(ENGINE_DEFAULTS.neighbours, k=5, exact_max=10)
+    )
     q = reps.get([0, 1, 2])
     for (ids_e, w_e), (ids_a, _) in zip(
         exact.query(q, 5, [0, 1, 2]), ann.query(q, 5, [0, 1, 2]), strict=True
@@ -154,20 +167,20 @@ def test_verifier_can_rank_by_the_recurrence_prior() -> None:
     prior = RecurrencePrior(half_life_ms=H)
     prior.observe([102, 103], T0)
     scores = _Scores([0.9, 0.8, 0.1, 0.2])
-    by_vm = Verifier(scores, VerifierConfig(top_fraction=0.5, rank_by="vm")).verify_many(
-        [props(4)]
-    )[0]
+    by_vm = Verifier(
+        scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="vm")
+    ).verify_many([props(4)])[0]
     by_prior = Verifier(
-        scores, VerifierConfig(top_fraction=0.5, rank_by="prior"), prior
+        scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="prior"), prior
     ).verify_many([props(4)])[0]
     assert [p.item_id for p in by_vm] == [100, 101]
     assert [p.item_id for p in by_prior] == [102, 103]
     with pytest.raises(ValueError, match="RecurrencePrior"):
-        Verifier(scores, VerifierConfig(rank_by="prior"))
+        Verifier(scores, replace(ENGINE_DEFAULTS.verifier, rank_by="prior"))
     with pytest.raises(ValueError, match="RecurrencePrior"):
-        Verifier(scores, VerifierConfig())  # the default ranking needs one too
+        Verifier(scores, replace(ENGINE_DEFAULTS.verifier))  # the default ranking needs one too
     with pytest.raises(ValueError, match="rank_by"):
-        VerifierConfig(rank_by="magic")
+        replace(ENGINE_DEFAULTS.verifier, rank_by="magic")
 
 
 def test_pair_memory_counts_the_users_recent_lists_within_the_memory_window() -> None:
@@ -219,7 +232,9 @@ def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> 
     prior.observe([102, 103], T0 - 4, user_id=3)
     prior.observe([100], T0 - 3, user_id=1)  # user 1 saw 100 before
     prior.observe([100, 101, 102, 103], T0, user_id=1)  # the request being verified
-    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), VerifierConfig(top_fraction=0.5), prior)
+    v = Verifier(
+        _Scores([0.1, 0.9, 0.5, 0.7]), replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5), prior
+    )
     kept = v.verify_many([props(4)])[0]
     # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103
     assert [p.item_id for p in kept] == [100, 103]

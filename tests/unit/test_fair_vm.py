@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streams.engine.config import ENGINE_DEFAULTS
+
 pytest.importorskip("torch")
 
 from models.evaluate import evaluate_runs, markdown
@@ -166,7 +168,7 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     from schemas.records import RequestEvent
     from store.history_values import encode_history
     from store.memory import InMemoryStore
-    from store.reader import FeatureReader, ReaderConfig
+    from store.reader import FeatureReader
     from streams.engine.ranker import rank
 
     report = json_safe(evaluate_runs("taste", impressions, [run], FAIR))
@@ -187,7 +189,7 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     store = InMemoryStore(clock_ms=lambda: t)
     store.write_histories({user: encode_history(entries)}, 3_600_000)
     items = tuple(int(i) for i in np.unique(impressions.item_id)[:20])
-    reader = FeatureReader(store, ReaderConfig(dim=FAIR.embedding_dim))
+    reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=FAIR.embedding_dim))
     res = rank(RequestEvent("r", user, t, "feed", items), reader, bundle.solaris)
     assert store.round_trips == 1 and res.history is not None and len(res.history) == len(mine)
     n = len(items)
@@ -213,7 +215,7 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
             raise StoreUnavailable("down")
 
     assert bundle.solaris.baseline_on_unavailable
-    down = FeatureReader(Down(), ReaderConfig(dim=FAIR.embedding_dim))
+    down = FeatureReader(Down(), replace(ENGINE_DEFAULTS.reader, dim=FAIR.embedding_dim))
     failed = rank(RequestEvent("r", user, t, "feed", items), down, bundle.solaris)
     assert failed.read_failed and failed.baseline_in_graph and not needs_baseline(failed)
     from models.runtime import TIER_UNAVAILABLE

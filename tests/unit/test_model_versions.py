@@ -4,9 +4,9 @@ aggregate never mixes versions, KNN snapshots carry version + dim and foreign on
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import struct
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,13 +22,13 @@ from schemas.records import (
 )
 from store.errors import CorruptValue
 from store.memory import InMemoryStore
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.tiers import Tier
 from store.values import version_tag
 from streams.engine.aggregator import AggregateState, RollingAggregator
-from streams.engine.config import reader_config
+from streams.engine.config import ENGINE_DEFAULTS, EngineConfig, reader_config
 from streams.engine.models import EngineModels
-from streams.engine.neighbours import NeighbourConfig, NeighbourIndex, UserRepresentations
+from streams.engine.neighbours import NeighbourIndex, UserRepresentations
 from streams.live.knn_snapshot import (
     decode_snapshot,
     encode_snapshot,
@@ -110,7 +110,7 @@ def _poisoned_store(events: list[RequestEvent | ImpressionEvent]) -> InMemorySto
 
 def test_simulator_reads_only_its_fm_version(events: list[RequestEvent | ImpressionEvent]) -> None:
     models = EngineModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
-    cfg = SimConfig(reader=ReaderConfig(dim=DIM))
+    cfg = SimConfig(EngineConfig.defaults(DIM))
 
     def run(store: InMemoryStore) -> dict[str, float]:
         report = simulate(lambda: events, cfg, models, with_random=False, store=store)
@@ -120,11 +120,11 @@ def test_simulator_reads_only_its_fm_version(events: list[RequestEvent | Impress
     assert run(_poisoned_store(events)) == clean
     assert 0 < clean["exact"] < 1
     # the reference runs embed with another (null) model and still see their own values
-    gated = dataclasses.replace(cfg, reader=reader_config(Settings(), DIM, FakeFM.model_version))
+    gated = cfg.with_changes(reader=reader_config(Settings(), DIM, FakeFM.model_version))
     report = simulate(lambda: events, gated, models, with_random=True)
     assert report["oracle"]["exact"] > 0
     assert report["random_same_budget"]["cumulative"]["exact"] > 0
-    wrong = dataclasses.replace(cfg, reader=reader_config(Settings(), DIM, "another-bundle"))
+    wrong = cfg.with_changes(reader=reader_config(Settings(), DIM, "another-bundle"))
     with pytest.raises(ValueError, match="version tag"):
         simulate(lambda: events, wrong, models, with_random=False)
 
@@ -165,7 +165,7 @@ def test_late_old_version_embedding_is_dropped_not_mixed() -> None:
 
 
 def test_version_survives_json_and_old_json_is_readable() -> None:
-    agg_ = RollingAggregator()
+    agg_ = RollingAggregator(window_ms=24 * H, bucket_ms=H)
     state = AggregateState()
     agg_.add(state, [pair(1, 10, T0, 1.0, A)])
     agg_.add(state, [pair(1, 11, T0 + 5, 2.0, B)])
@@ -187,7 +187,9 @@ def test_version_survives_json_and_old_json_is_readable() -> None:
 def _index(users: list[int], dim: int) -> NeighbourIndex:
     reps = UserRepresentations(FakeItems(dim))
     rng = np.random.default_rng(len(users) + dim)
-    return NeighbourIndex(users, rng.normal(size=(len(users), dim)), reps, NeighbourConfig(k=2))
+    return NeighbourIndex(
+        users, rng.normal(size=(len(users), dim)), reps, replace(ENGINE_DEFAULTS.neighbours, k=2)
+    )
 
 
 def test_snapshot_carries_version_and_dim() -> None:
@@ -209,7 +211,9 @@ def test_merged_index_skips_foreign_snapshots() -> None:
     other_dim = decode_snapshot(encode_snapshot(_index([4], DIM * 2), T0 + 5, version_tag(B)))
     reps = UserRepresentations(FakeItems(DIM))
     snaps = [mine, other_version, other_dim]
-    index, newest = merged_index(snaps, reps, NeighbourConfig(k=2), version_tag=version_tag(B))
+    index, newest = merged_index(
+        snaps, reps, replace(ENGINE_DEFAULTS.neighbours, k=2), version_tag=version_tag(B)
+    )
     assert index.user_ids.tolist() == [1, 2] and newest == T0
 
 
@@ -222,7 +226,7 @@ def test_ranker_ignores_foreign_snapshots() -> None:
     publish_snapshot(store, "old-bundle", _index([3], DIM), T0, H, version_tag(A))
     publish_snapshot(store, "wide-bundle", _index([4], DIM * 2), T0, H, tag)
     store.write_snapshot("junk", b"KNN1 or worse", H)
-    reader = FeatureReader(store, ReaderConfig(dim=DIM, version_tag=tag))
+    reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM, version_tag=tag))
     options = RankerOptions("g", write_scores=False, snapshot_every_s=0.0)
     service = RankerService(Settings(), reader, None, FakeItems(DIM), options)
     assert service.snapshots is not None and service.snapshots.poll()
@@ -256,7 +260,9 @@ def test_ranker_publishes_its_counters_at_least_once_a_second() -> None:
     from streams.live.ranker_service import RankerOptions, RankerService
 
     store = InMemoryStore(clock_ms=lambda: T0)
-    reader = FeatureReader(store, ReaderConfig(dim=DIM, version_tag=version_tag(B)))
+    reader = FeatureReader(
+        store, replace(ENGINE_DEFAULTS.reader, dim=DIM, version_tag=version_tag(B))
+    )
     options = RankerOptions("g", write_scores=False, snapshot_every_s=0.0, stats_every=200)
     service = RankerService(Settings(), reader, None, FakeItems(DIM), options)
     published: list[int] = []

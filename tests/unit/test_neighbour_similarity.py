@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from streams.engine.neighbours import NeighbourConfig, UserRepresentations, build_index
+from streams.engine.config import ENGINE_DEFAULTS
+from streams.engine.neighbours import UserRepresentations, build_index
 
 T0 = 1_704_067_200_000
 
@@ -44,8 +47,12 @@ def test_min_similarity_drops_dissimilar_neighbours() -> None:
     reps.observe(1, list(range(0, 40)), T0)  # the user
     reps.observe(2, list(range(0, 30)) + list(range(300, 310)), T0)  # close to user 1
     reps.observe(3, list(range(200, 240)), T0)  # unrelated
-    loose = build_index(reps, [1, 2, 3], NeighbourConfig(k=5, min_similarity=-1.0))
-    strict = build_index(reps, [1, 2, 3], NeighbourConfig(k=5, min_similarity=0.5))
+    loose = build_index(
+        reps, [1, 2, 3], replace(ENGINE_DEFAULTS.neighbours, k=5, min_similarity=-1.0)
+    )
+    strict = build_index(
+        reps, [1, 2, 3], replace(ENGINE_DEFAULTS.neighbours, k=5, min_similarity=0.5)
+    )
     ids_loose = loose.lists_for([1], T0)[0].neighbours
     ids_strict = strict.lists_for([1], T0)[0].neighbours
     assert set(ids_loose) == {2, 3}

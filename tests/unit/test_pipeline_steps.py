@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import UserRepresentations
 from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.engine.steps.history import RECENT_POSITIVES, observe_impression, recent_positive_items
 from streams.engine.steps.speculate import SavedRep, observe_representation
 from streams.engine.steps.verify import LedgerState, VerifyKnobs, rounds, verify_requests
-from streams.engine.verifier import Verifier, VerifierConfig
+from streams.engine.verifier import Verifier
 from tests.fakes import FakeItems, FakeVM
 
 T0 = 1_700_000_000_000
@@ -62,7 +65,7 @@ def test_one_vm_call_per_round_and_the_verifier_filters() -> None:
     calls = []
     score = vm.score
     vm.score = lambda *a: calls.append(1) or score(*a)  # type: ignore[method-assign]
-    verifier = Verifier(vm, VerifierConfig(top_fraction=0.5, rank_by="vm"))
+    verifier = Verifier(vm, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="vm"))
     results = verify_requests(
         [batch(f"r{u}", u, T0, (1, 2, 3, 4)) for u in range(5)],
         lambda u: LedgerState(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ from schemas.records import ImpressionEvent, PairEmbedding, RequestEvent
 from store.errors import StoreError, StoreTimeout, StoreUnavailable
 from store.memory import InMemoryStore
 from store.protocol import ReadBatch, ReadResult
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.tiers import Tier
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.ranker import RankResult, needs_baseline
 from streams.live import ranker_service
 from streams.live.ranker_service import RankerOptions, RankerService
@@ -117,7 +119,7 @@ def make_service(
 ) -> RankerService:
     if store is None:  # (an empty store is falsy: it has a __len__)
         store = InMemoryStore(clock_ms=lambda: T0)
-    reader = FeatureReader(store, ReaderConfig(dim=DIM))
+    reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM))
     options = RankerOptions("g", write_scores=False, snapshot_every_s=0.0, stats_every=200)
     service = RankerService(
         SETTINGS,

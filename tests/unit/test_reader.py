@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
 from store.memory import InMemoryStore
 from store.protocol import ReadBatch, ReadResult
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.tiers import Tier
 from store.values import version_tag
+from streams.engine.config import ENGINE_DEFAULTS
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -41,7 +43,14 @@ def store() -> InMemoryStore:
 def reader(store: InMemoryStore, **kw: object) -> FeatureReader:
     return FeatureReader(
         store,
-        ReaderConfig(dim=DIM, pair_ttl_ms=HOUR, aggregate_ttl_ms=HOUR, neighbour_ttl_ms=HOUR, **kw),
+        replace(
+            ENGINE_DEFAULTS.reader,
+            dim=DIM,
+            pair_ttl_ms=HOUR,
+            aggregate_ttl_ms=HOUR,
+            neighbour_ttl_ms=HOUR,
+            **kw,
+        ),
     )  # type: ignore[arg-type]
 
 
@@ -105,7 +114,7 @@ class _Cold:
 
 def test_cold_start_index_serves_user_without_neighbour_list(store: InMemoryStore) -> None:
     store.write_pairs([pair(2, 10, T0, 1.5)], HOUR)
-    r = FeatureReader(store, ReaderConfig(dim=DIM), cold_start=_Cold())
+    r = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM), cold_start=_Cold())
     assert r.lookup(9, [10], T0 + 1).tiers.tolist() == [Tier.NEIGHBOUR_ITEM]
     assert r.stats.cold_start_queries == 1
 
@@ -136,7 +145,7 @@ class _FailingStore(InMemoryStore):
     [(StoreTimeout("slow"), "timeouts"), (StoreUnavailable("down"), "store_errors")],
 )
 def test_store_failure_gives_missing_and_is_counted(exc: Exception, counter: str) -> None:
-    r = FeatureReader(_FailingStore(exc), ReaderConfig(dim=DIM))
+    r = FeatureReader(_FailingStore(exc), replace(ENGINE_DEFAULTS.reader, dim=DIM))
     vectors, tiers, _ = r.lookup(1, [1, 2, 3], T0)
     assert tiers.tolist() == [Tier.MISSING] * 3 and not vectors.any()
     assert getattr(r.stats, counter) == 1
@@ -151,7 +160,7 @@ def test_exhausted_deadline_skips_second_round(store: InMemoryStore) -> None:
 
 
 def test_empty_candidate_list() -> None:
-    r = FeatureReader(InMemoryStore(), ReaderConfig(dim=DIM))
+    r = FeatureReader(InMemoryStore(), replace(ENGINE_DEFAULTS.reader, dim=DIM))
     vectors, tiers, _ = r.lookup(1, [], T0)
     assert vectors.shape == (0, DIM) and tiers.shape == (0,)
 
@@ -163,7 +172,8 @@ def test_neighbour_aggregates_may_be_older_than_the_user_aggregate_ttl(
     store.write_aggregates([agg(2, T0, 4.0), agg(1, T0, 9.0)], 100 * HOUR)
     r = FeatureReader(
         store,
-        ReaderConfig(
+        replace(
+            ENGINE_DEFAULTS.reader,
             dim=DIM,
             pair_ttl_ms=HOUR,
             aggregate_ttl_ms=HOUR,
@@ -186,7 +196,7 @@ def test_lookup_never_raises_on_unexpected_errors(store: InMemoryStore) -> None:
             raise ValueError("matmul: size 16 is different from 8")  # a foreign snapshot
 
     store.write_pairs([pair(9, 10, T0, 1.5)], HOUR)
-    r = FeatureReader(store, ReaderConfig(dim=DIM), cold_start=Broken())
+    r = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM), cold_start=Broken())
     vectors, tiers, ages = r.lookup(9, [10, 11], T0 + 1)
     # the exact hit was read before the failure, but a half-done lookup serves nothing
     assert tiers.tolist() == [Tier.MISSING, Tier.MISSING]
@@ -226,7 +236,9 @@ class _SlowStore(InMemoryStore):
 def test_a_late_lookup_counts_as_timeout_even_without_a_store_timeout() -> None:
     slow = _SlowStore(clock_ms=lambda: T0)
     slow.write_pairs([pair(1, 10, T0, 0.5)], HOUR)
-    r = FeatureReader(slow, ReaderConfig(dim=DIM, pair_ttl_ms=HOUR, deadline_ms=5.0))
+    r = FeatureReader(
+        slow, replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=HOUR, deadline_ms=5.0)
+    )
     assert r.lookup(1, [10], T0 + 1).tiers.tolist() == [Tier.EXACT]  # late but correct: served
     assert r.stats.timeouts == 1
     r.lookup(1, [10], T0 + 1, deadline_ms=1_000.0)
@@ -249,7 +261,7 @@ class _Warm(InMemoryStore):
 
 def test_reader_warms_a_store_that_keeps_connections() -> None:
     s = _Warm()
-    FeatureReader(s, ReaderConfig(dim=DIM))
+    FeatureReader(s, replace(ENGINE_DEFAULTS.reader, dim=DIM))
     assert s.warmed == 1
 
 

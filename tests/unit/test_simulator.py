@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,11 +12,9 @@ import pytest
 from models.data.columns import iter_events
 from models.data.synthetic import SyntheticConfig, generate
 from schemas.records import ImpressionEvent, RequestEvent
-from store.reader import ReaderConfig
 from store.tiers import Tier
+from streams.engine.config import ENGINE_DEFAULTS, EngineConfig
 from streams.engine.models import EngineModels
-from streams.engine.speculator import SpeculatorConfig
-from streams.engine.verifier import VerifierConfig
 from streams.simulate.config import SimConfig
 from streams.simulate.run import simulate
 from streams.simulate.simulator import Simulator
@@ -37,7 +36,7 @@ def models() -> EngineModels:
 
 
 def config(**kw: object) -> SimConfig:
-    return SimConfig(reader=ReaderConfig(dim=DIM), **kw)  # type: ignore[arg-type]
+    return SimConfig(EngineConfig.defaults(DIM)).with_changes(**kw)
 
 
 def test_first_request_of_a_user_never_gets_its_own_embeddings(
@@ -62,7 +61,9 @@ def test_first_request_of_a_user_never_gets_its_own_embeddings(
 def test_verifier_budget_halves_fm_cost(events: list[RequestEvent | ImpressionEvent]) -> None:
     full = Simulator(config(verify=False), models())
     full.run(events)
-    half = Simulator(config(verifier=VerifierConfig(top_fraction=0.5, rank_by="vm")), models())
+    half = Simulator(
+        config(verifier=replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="vm")), models()
+    )
     half.run(events)
     assert half.speculation.embedded <= 0.5 * full.speculation.embedded + len(events)
     assert half.verifier is not None and half.verifier.stats.drop_rate > 0.3
@@ -82,7 +83,8 @@ def test_simulate_report_shape_and_oracle_bound(
 ) -> None:
     t_mid = [e.event_time_ms for e in events][len(events) // 2]
     cfg = config(
-        test_start_ms=t_mid, speculator=SpeculatorConfig(strategies=("candidates", "lookahead"))
+        test_start_ms=t_mid,
+        speculator=replace(ENGINE_DEFAULTS.speculator, strategies=("candidates", "lookahead")),
     )
     report = simulate(lambda: events, cfg, models())
     for key in (
@@ -166,8 +168,14 @@ def test_a_slow_lookup_does_not_change_the_simulation(
 def test_prior_ranked_verifier_runs_at_the_same_budget(
     events: list[RequestEvent | ImpressionEvent],
 ) -> None:
-    vm = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="vm")), models())
-    prior = Simulator(config(verifier=VerifierConfig(top_fraction=0.25, rank_by="prior")), models())
+    vm = Simulator(
+        config(verifier=replace(ENGINE_DEFAULTS.verifier, top_fraction=0.25, rank_by="vm")),
+        models(),
+    )
+    prior = Simulator(
+        config(verifier=replace(ENGINE_DEFAULTS.verifier, top_fraction=0.25, rank_by="prior")),
+        models(),
+    )
     vm.run(events)
     prior.run(events)
     assert prior.stages.prior is not None and vm.stages.prior is None
@@ -180,11 +188,12 @@ def test_prior_ranked_verifier_runs_at_the_same_budget(
 def test_growth_triggered_neighbour_refresh_fills_a_cold_index_sooner(
     events: list[RequestEvent | ImpressionEvent],
 ) -> None:
-    from streams.engine.neighbours import NeighbourConfig
 
     def neighbour_coverage(growth: float) -> tuple[float, int]:
         # an interval longer than the trace: only the growth trigger can rebuild the index
-        nb = NeighbourConfig(k=4, interval_ms=10 * 86_400_000, growth_factor=growth)
+        nb = replace(
+            ENGINE_DEFAULTS.neighbours, k=4, interval_ms=10 * 86_400_000, growth_factor=growth
+        )
         sim = Simulator(config(neighbours=nb), models())
         sim.run(events)
         shares = sim.coverage.shares()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from store.memory import InMemoryStore
 from store.tiers import Tier
 from store.values import version_tag
+from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.coverage import SpeculationLedger
-from streams.engine.neighbours import NeighbourConfig, NeighbourIndex, UserRepresentations
+from streams.engine.neighbours import NeighbourIndex, UserRepresentations
 from streams.live.knn_snapshot import publish_snapshot
 from streams.live.snapshot_loader import SnapshotLoader
 from tests.fakes import FakeItems
@@ -25,14 +27,19 @@ def index_of(users: list[int]) -> NeighbourIndex:
     reps = UserRepresentations(FakeItems(DIM))
     for u in users:
         reps.observe(u, [u, u + 1, u + 2], T0)
-    return NeighbourIndex(users, reps.get(users), reps, NeighbourConfig(k=2))
+    return NeighbourIndex(users, reps.get(users), reps, replace(ENGINE_DEFAULTS.neighbours, k=2))
 
 
 def test_loader_rebuilds_only_when_a_snapshot_changed() -> None:
     store = InMemoryStore(clock_ms=lambda: T0)
     installed: list[NeighbourIndex] = []
     loader = SnapshotLoader(
-        store, FakeItems(DIM), NeighbourConfig(k=2), TAG, installed.append, interval_s=0.01
+        store,
+        FakeItems(DIM),
+        replace(ENGINE_DEFAULTS.neighbours, k=2),
+        TAG,
+        installed.append,
+        interval_s=0.01,
     )
     assert not loader.poll()  # nothing published yet
     publish_snapshot(store, "w1", index_of([1, 2]), T0, H, TAG)
@@ -51,7 +58,12 @@ def test_loader_thread_installs_and_survives_junk() -> None:
     store.write_snapshot("junk", b"not a snapshot", H)
     installed: list[NeighbourIndex] = []
     loader = SnapshotLoader(
-        store, FakeItems(DIM), NeighbourConfig(k=2), TAG, installed.append, interval_s=0.01
+        store,
+        FakeItems(DIM),
+        replace(ENGINE_DEFAULTS.neighbours, k=2),
+        TAG,
+        installed.append,
+        interval_s=0.01,
     )
     loader.start()
     try:

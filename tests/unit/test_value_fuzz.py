@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -24,10 +25,11 @@ from store.batch_decode import decode_many
 from store.errors import CorruptValue
 from store.keys import KeyLayout
 from store.memory import InMemoryStore
-from store.reader import FeatureReader, ReaderConfig
+from store.reader import FeatureReader
 from store.tiers import Tier
 from store.values import decode_neighbours, decode_vector, encode_aggregate, encode_neighbours
 from store.values import encode_pair as encode_pair_value
+from streams.engine.config import ENGINE_DEFAULTS
 
 DIM = 8
 T0 = 1_700_000_000_000
@@ -153,7 +155,9 @@ def test_lookup_over_mutated_values_never_raises_nor_serves_corrupt(
     store._put(lay.aggregate(1), aggregate, HOUR)
     store._put(lay.aggregate(2), aggregate, HOUR)
     store._put(lay.neighbours(1), neighbours, HOUR)
-    reader = FeatureReader(store, ReaderConfig(dim=DIM, pair_ttl_ms=10**13, aggregate_ttl_ms=0))
+    reader = FeatureReader(
+        store, replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=10**13, aggregate_ttl_ms=0)
+    )
     vectors, tiers, _ = reader.lookup(1, items, MAX_EVENT_TIME_MS)  # every valid time is earlier
     assert reader.stats.internal_errors == 0
     assert np.isfinite(vectors).all()
