@@ -27,8 +27,9 @@ test: setup lint  ## lint, then all tests (unit + integration on a real Kafka an
 test-unit: setup  ## unit tests only (no services)
 	@$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-lint: setup  ## ruff lint + format check + mypy (pydantic plugin) on the serving packages
-	@$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy schemas store streams
+lint: setup  ## ruff lint + format check + mypy (pydantic plugin) + import layers (import-linter)
+	@$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy schemas store streams \
+		&& $(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
 
 format: setup  ## apply ruff fixes and formatting
 	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .

@@ -13,10 +13,10 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "6"  # 6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
+CODE_VERSION = "7"  # 7: missing tier routed to the frozen vm when validation says so;  6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -121,6 +121,10 @@ class TrainConfig:
     # vm_solaris (every embedding variant) serves rows of the missing tier with the trained plain
     # vm (frozen, in its graph): every input missing scores exactly as the baseline (issue 22)
     vm_solaris_baseline_on_missing: bool = True
+    # ... and rows of the *missing* tier: "validation" = where the base has the lower logloss on
+    # the validation rows of that tier (chosen with the grid point, reused by later seeds),
+    # "own" = never, "baseline" = always (needs vm_solaris_baseline_on_missing)
+    vm_solaris_missing_route: Literal["validation", "own", "baseline"] = "validation"
     aggregate_window_ms: int = DAY_MS  # user aggregate = mean of pair embeddings in this window
     neighbour_k: int = 10  # neighbour-tier proxy: other users' latest embeddings of the item
     lags_ms: tuple[int, ...] = DEFAULT_LAGS_MS
@@ -160,3 +164,5 @@ class GridPoint:
     epochs: int = field(default=0, compare=False)  # best epoch found on the validation slice
     kd_weight: float | None = None  # None: TrainConfig.kd_weight (KD variants only)
     kd_temperature: float | None = None  # None: TrainConfig.kd_temperature
+    #: vm_solaris with a base: serve the missing tier with the base (None: not decided / no base)
+    missing_to_base: bool | None = field(default=None, compare=False)

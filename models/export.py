@@ -168,4 +168,5 @@ def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]
     props = {"model_name": name, **metadata}
     if vm.base is not None:  # the graph scores TIER_UNAVAILABLE rows with its baseline VM
         props["baseline_on_unavailable"] = "1"
+        props["baseline_on_missing"] = "1" if bool(vm.missing_to_base) else "0"
     return _export(_VMProb(vm), example, names, ("prob",), path, props)

@@ -348,16 +348,50 @@ def tune_vm(
     given, then refit the best point on train ∪ valid for its best epoch count."""
     if fixed is None:
         scored = []
+        valid_tier = _training_tiers(spec, valid, np.random.default_rng(seed + 2), cfg)
         for gp in candidates or grid(cfg):
-            _, epochs, ll = fit_vm(
+            fitted, epochs, ll = fit_vm(
                 spec, cfg, n_users, n_items, gp, train, valid, seed, fm_head, base
             )
-            scored.append((ll, replace(gp, epochs=epochs)))
+            route = missing_route(fitted, spec, valid, valid_tier)
+            scored.append((ll, replace(gp, epochs=epochs, missing_to_base=route)))
             log.debug("%s %s valid logloss %.5f", spec.name, gp, ll)
         fixed = min(scored, key=lambda s: s[0])[1]
     full = _concat(train, valid)
     model, _, _ = fit_vm(spec, cfg, n_users, n_items, fixed, full, None, seed, fm_head, base)
+    if model.base is not None:
+        model.missing_to_base.fill_(_route(cfg, fixed.missing_to_base))
     return model, fixed
+
+
+def missing_route(
+    model: VerticalModel, spec: VariantSpec, valid: VMData, tier: np.ndarray | None
+) -> bool | None:
+    """Whether ``model``'s base scores the validation rows of the missing tier better (lower
+    logloss) than the model itself; None when there is no base or no such row with both
+    labels' information (fewer than 2 rows)."""
+    if model.base is None or not spec.embedding:
+        return None
+    tiers = valid.served_tier if tier is None else tier
+    if tiers is None:
+        return None
+    rows = np.flatnonzero(np.asarray(tiers) == TIER_MISSING)
+    if rows.size < 2:
+        return None
+    part = valid.take(rows)
+    part_tier = None if tier is None else np.asarray(tier)[rows]
+    own = logloss(part.label, predict_vm(model, spec, part, part_tier))
+    base_spec = replace(spec, embedding=False, fm_logit=False, kd=False)
+    base = logloss(part.label, predict_vm(model.base, base_spec, part, None))
+    return bool(base < own)
+
+
+def _route(cfg: TrainConfig, decided: bool | None) -> bool:
+    if cfg.vm_solaris_missing_route == "baseline":
+        return True
+    if cfg.vm_solaris_missing_route == "own":
+        return False
+    return bool(decided)
 
 
 def _concat(a: VMData, b: VMData) -> VMData:

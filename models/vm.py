@@ -28,7 +28,10 @@ form: a residual (base + a correction gated off on missing) cut TR at exact cove
 ml-100k from 0.80 to 0.31; routing every *missing* row to the base also in training cut it to
 0.65; routing every missing row to it only when serving kept 0.85 but made the engine-built
 served mix on synthetic 0.010 NE worse (0.8179 → 0.8279), where missing rows are new users
-the model had learnt to score better than the VM.
+the model had learnt to score better than the VM, while on ml-100k it lifted the served TR
+from 0.08 to 0.43. So whether missing rows go to the base is decided per model, on validation
+rows of the missing tier (``TrainConfig.vm_solaris_missing_route``, the ``missing_to_base``
+buffer; see ``models.train_vm.missing_route``).
 
 Unseen ids map to the OOV slot (``models.features.OOV``); training replaces ids by OOV with
 probability ``id_dropout`` so that slot is trained for the test period's new users and items.
@@ -58,6 +61,7 @@ class VerticalModel(nn.Module):
     # buffers (registered in __init__ only for the variants that use them)
     logit_stats: torch.Tensor
     score_stats: torch.Tensor
+    missing_to_base: torch.Tensor
     emb_mean: torch.Tensor
     emb_std: torch.Tensor
 
@@ -78,6 +82,9 @@ class VerticalModel(nn.Module):
         #: a trained VM without FM inputs, frozen: in eval mode rows of TIER_UNAVAILABLE get
         #: the base's logit exactly, the others this model's own (graceful degradation)
         self.base = base
+        #: eval mode: also score rows of the *missing* tier with the base (chosen per model on
+        #: validation rows, ``models.train_vm.missing_route``); a buffer, so the graph has it
+        self.register_buffer("missing_to_base", torch.zeros((), dtype=torch.bool))
         if base is not None:
             if not embedding_dim or base.embedding_dim or base.fm_logit_input:
                 raise ValueError("a base VM goes under an embedding variant and reads no FM input")
@@ -183,6 +190,7 @@ class VerticalModel(nn.Module):
             if embedding is None or tier is None:
                 raise ValueError("this VM variant needs embedding and tier")
             unavailable = tier == TIER_UNAVAILABLE
+            to_base = unavailable | ((tier == TIER_MISSING) & self.missing_to_base)
             tier = torch.where(unavailable, TIER_MISSING, tier)  # to this network: missing
             present = (tier != TIER_MISSING).to(torch.float32).unsqueeze(-1)
             e = (embedding - self.emb_mean) / self.emb_std * present
@@ -196,7 +204,7 @@ class VerticalModel(nn.Module):
         if self.base is None or self.training:  # trained on every row as itself
             return out
         base = self.base(*ids, context, user_stats=user_stats, recent_pos=recent_pos)
-        return torch.where(unavailable, base, out)
+        return torch.where(to_base, base, out)
 
     def train(self, mode: bool = True) -> VerticalModel:
         """The base stays in eval mode (no id dropout): it is a fixed, trained model."""

@@ -21,7 +21,12 @@ from models.runtime import TIER_MISSING, UserHistory
 from tests.unit.test_models_train import TINY, taste_world
 
 FAIR = replace(
-    TINY, vm_user_features=True, vm_epochs=12, kd_weights=(0.3, 0.7), kd_temperatures=(1.0, 2.0)
+    TINY,
+    vm_user_features=True,
+    vm_epochs=12,
+    kd_weights=(0.3, 0.7),
+    kd_temperatures=(1.0, 2.0),
+    vm_solaris_missing_route="own",  # the missing tier keeps the model's score (tested below)
 )
 
 
