@@ -17,6 +17,7 @@ from streams.cli import (
     exporter_cmd,
     infra_cmd,
     live_cmd,
+    models_cmd,
     simulate_cmd,
     topics_cmd,
     train_cmd,
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(infra_cmd.app, name="infra")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(data_cmd.app, name="data")
+app.add_typer(models_cmd.app, name="models")
 train_cmd.register(app)
 live_cmd.register(app)
 simulate_cmd.register(app)
