@@ -35,6 +35,7 @@ from store.protocol import FeatureStore, ReadBatch
 from store.tiers import Tier
 from streams.settings import Settings
 from tests.integration.live_harness import (
+    PARITY_READ_DEADLINE_MS,
     fresh_live_settings,
     pipeline,
     read_topic,
@@ -48,8 +49,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LIVE_TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings")
 #: keys per read-back round trip (a live lookup reads 500 pairs)
 READ_BACK_CHUNK = 500
-#: the ranker's read deadline in these runs (production default: 20 ms)
-PARITY_READ_DEADLINE_MS = 2_000.0
 
 
 # --- shared with test_live_aerospike: the run and its checks, for any store backend ----------

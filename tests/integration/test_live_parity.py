@@ -25,6 +25,7 @@ from schemas.records import DeadLetter, ImpressionEvent, ProposalBatch, RequestE
 from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from tests.integration.live_harness import (
+    PARITY_READ_DEADLINE_MS,
     TINY_TRAIN,
     live_settings,
     pipeline,
@@ -78,7 +79,9 @@ def live_run(
 
     base = Settings()
     require_kafka_and_redis(base)
-    settings = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    settings = live_settings(
+        base, uuid.uuid4().hex[:10], bundle, read_deadline_ms=PARITY_READ_DEADLINE_MS
+    )
     log_dir = tmp_path_factory.mktemp("live")
     sent = bad_messages()
     with pipeline(settings, log_dir) as procs:
@@ -151,6 +154,7 @@ def test_live_coverage_equals_simulator(live_run: dict[str, Any], bundle: Path) 
     live = live_run["summary"]
     assert live["requests"] == offline["requests"] == live_run["replay"].requests
     assert live["lookups"] == offline["lookups"]
+    assert live["reader_timeouts"] == 0, "the ranker's reads hit their deadline: not parity"
     assert live["coverage"]["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["coverage"]["aggregate"] == pytest.approx(
         offline["coverage"]["aggregate"], abs=1e-9
