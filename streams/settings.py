@@ -91,7 +91,7 @@ def _default_data_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    """All SOLARIS knobs with their defaults; see README "Settings" for the table."""
+    """All SOLARIS knobs with their defaults; docs/configuration.md is generated from them."""
 
     model_config = SettingsConfigDict(env_prefix="SOLARIS_", frozen=True, extra="ignore")
 
@@ -115,8 +115,8 @@ class Settings(BaseSettings):
         unknown = unknown_variables(os.environ)
         if unknown:
             raise ValueError(
-                f"unknown environment variables {unknown}: not a SOLARIS setting (see README "
-                "'Settings'); unset or correct them"
+                f"unknown environment variables {unknown}: not a SOLARIS setting (see "
+                "docs/configuration.md); unset or correct them"
             )
         return self
 
