@@ -61,7 +61,7 @@ print(f"  onnxruntime {ort.__version__} from {wheels}, device {ort.get_device()}
 print(f"  available providers: {ort.get_available_providers()}")
 if len(wheels) > 1:
     fail("both onnxruntime and onnxruntime-gpu are installed; they ship the same module and "
-         "the CPU one may win: install only the `gpu` extra (see README 'Deploying')")
+         "the CPU one may win: install only the `gpu` extra (see docs/deploying.md)")
 if CUDA not in ort.get_available_providers():
     fail(f"{CUDA} is not available in this onnxruntime build ({wheels}): install the `gpu` "
          "extra (onnxruntime-gpu) on a host with an NVIDIA GPU and driver")

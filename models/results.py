@@ -1,6 +1,6 @@
-"""The README's "beats distillation" table, rebuilt from committed ``solaris evaluate`` JSONs.
+"""The "beats distillation" table of docs/knowledge-transfer.md, from committed evaluate JSONs.
 
-Issue 22 item 5: every figure in the README's summary comes from a JSON committed under
+Issue 22 item 5: every figure in that page's summary comes from a JSON committed under
 ``docs/results/`` with the commit and date that produced it (``provenance``, stamped by
 ``solaris evaluate --json``). ``python -m models.results docs/results/issue22/*.json`` prints
 the table, so a reader can check each cell against its file.

@@ -356,7 +356,7 @@ def run_demo(
 
     ``speed`` 0 = lockstep (the pipeline drains before each request: live coverage equals the
     simulator's); N > 0 = N event-time seconds per wall second, the way traffic really arrives
-    (the ranker reads while the pipeline works; see the README for the speed the pipeline holds).
+    (the ranker reads while the pipeline works; see docs/running.md for the speed it holds).
     ``report(msg)`` receives progress lines. Topics are created under a fresh prefix, so each run
     starts from empty topics, groups and keys; once it has reported, its topics, groups and
     Faust state are deleted unless ``keep_topics`` (store keys stay until their TTL).

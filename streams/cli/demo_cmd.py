@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 console = Console()
 #: event-time seconds per wall second of the default timed replay: the pipeline holds it on this
-#: 2-core machine with flat lag (README "The two commands" has the measurements)
+#: 2-core machine with flat lag (docs/running.md has the measurements)
 DEFAULT_SPEED = 700.0
 DEFAULT_REQUESTS = 5000
 

@@ -16,7 +16,7 @@ in every stage when a fault hits, which is what a fault matrix must exercise. Th
   of verified pairs is the simulator's (clean, uninterrupted run of the same traffic).
 
 The simulator comparison needs a verifier ranking with no in-memory state: build the settings
-with :data:`STATELESS_RANKING` (see README, "Delivery").
+with :data:`STATELESS_RANKING` (see docs/live-pipeline.md, "Delivery").
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def wait_caught_up(settings: Settings, procs: Procs, timeout_s: float = 180) -> 
 
 
 def print_measured(scenario: str, measured: dict[str, Any]) -> None:
-    """One line per scenario in the test output (``pytest -s``) for the README's fault matrix."""
+    """One line per scenario in the test output (``pytest -s``), for the docs' fault matrix."""
     body = ", ".join(
         f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()
     )

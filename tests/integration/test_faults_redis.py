@@ -59,8 +59,9 @@ IN_FLIGHT_AT_MARKS = 2
 #: coverage after a Redis restart, as a fraction of the share before it (each window from an
 #: empty store: the replay's start, the restart). Any tier: aggregates are rebuilt whole at a
 #: user's next embedding, so the share served recovers fully. Exact: pairs lost in the restart
-#: are not re-embedded for SOLARIS_REFRESH_AFTER_MS (README "What a non-persistent Redis loses
-#: on restart"), so the exact share stays lower; only new pairs are served exact again
+#: are not re-embedded for SOLARIS_REFRESH_AFTER_MS (docs/live-pipeline.md, "What a
+#: non-persistent Redis loses on restart"), so the exact share stays lower; only new pairs are
+#: served exact again
 SERVED_SHARE_RECOVERED = 0.9
 EXACT_SHARE_RECOVERED = 0.5
 
@@ -247,7 +248,7 @@ def test_redis_black_holed_reads_meet_deadline_and_writes_lose_nothing(
     report.assert_nothing_lost()
 
 
-#: the eviction policy the README documents for the store (see "Fault matrix"): every value the
+#: the eviction policy docs/live-pipeline.md documents for the store ("Fault matrix"): every value
 #: pipeline writes has a TTL, so ``volatile-ttl`` evicts the values nearest to expiry first —
 #: the oldest pair embeddings (4 h TTL) before aggregates and neighbour lists (24 h) — and never
 #: the stats hashes (no TTL). The Redis default, ``noeviction``, fails every write instead.

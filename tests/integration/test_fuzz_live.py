@@ -71,7 +71,8 @@ def harmless(rec: Any, topic: str, valid: dict[str, Any], now_ms: int, future_ms
     not lie between 30 days after the valid traffic and a day past the admission limit: such an
     event is admitted or not depending on timing (so the expected outcome would not be exact),
     and an admitted one ~72 days ahead of the replay rebases the prior's decayed counts (one
-    request dated "now" during a replay of 2024 traffic zeroes the prior; see README Fuzzing).
+    request dated "now" during a replay of 2024 traffic zeroes the prior; see Fuzzing in
+    docs/live-pipeline.md).
     """
     if rec.user_id in valid["users"]:
         return False

@@ -6,7 +6,8 @@ the simulator on the same traffic, by *values*: the history attached to every ve
 every exact pair vector and every user aggregate in Redis; and by coverage for the exact and
 aggregate tiers. The neighbour tier may differ slightly because the ranker reloads the workers'
 KNN snapshots on a wall-clock schedule (every 2 s) rather than at the event time they were built
-(documented in README). Every user key must sit on one partition number in every topic.
+(documented in docs/live-pipeline.md). Every user key must sit on one partition number in every
+topic.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ embedded pairs, the FM workers' counts summing to the pairs in the ``verified`` 
 
 The verifier ranks by the VM (``STATELESS_RANKING``): the default ``recurrence`` ranking keeps
 its item prior in each worker's memory, so with two workers each one counts only its own
-partitions' candidate lists and may keep other pairs than the simulator (see README, Scaling out).
+partitions' candidate lists and may keep other pairs than the simulator (Scaling out in
+docs/live-pipeline.md).
 """
 
 from __future__ import annotations

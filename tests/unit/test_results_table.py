@@ -1,4 +1,4 @@
-"""The README's bar table is rebuilt from committed evaluate JSONs (issue 22 item 5)."""
+"""docs/knowledge-transfer.md's bar table is rebuilt from committed JSONs (issue 22 item 5)."""
 
 from __future__ import annotations
 
