@@ -31,7 +31,9 @@ import redis
 
 from bench.common import BenchResult, Target, free_port, machine_info, ratio, run_id
 from schemas.records import PairEmbedding
+from store.conditional_writes import write_newer_many
 from store.keys import KeyLayout
+from store.redis_writes import set_px_many
 from store.values import encode_pair, version_tag
 from streams.settings import Settings
 
@@ -215,6 +217,41 @@ def _measure_hash(
     return out
 
 
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _write_cost(
+    client: redis.Redis, pairs: list[Pair], lay: KeyLayout, rounds: int = 6, batch: int = 512
+) -> dict[str, Any]:
+    """Plain ``SET PX`` batches vs the compare-and-set script (store.conditional_writes) on the
+    same keys, alternating rounds (a noisy machine slows both alike): client wall µs per key
+    and Redis CPU µs per key. The conditional rounds write (equal event times), so both do the
+    same writes; the difference is the script."""
+    items = [(lay.pair(p.user, p.item), _binary(p)) for p in pairs[: batch * 8]]
+    chunks = [items[i : i + batch] for i in range(0, len(items), batch)]
+    spent = {"set": [0.0, 0.0], "conditional": [0.0, 0.0]}  # wall s, redis cpu s
+    writers = {
+        "set": lambda chunk: set_px_many(client, chunk, 3_600_000),
+        "conditional": lambda chunk: write_newer_many(client, chunk, 3_600_000),
+    }
+    writers["conditional"](chunks[0][:1])  # load the script outside the timing
+    for _ in range(rounds):
+        for name, write in writers.items():
+            cpu0, t0 = _redis_cpu_s(client), time.perf_counter()
+            for chunk in chunks:
+                write(chunk)
+            spent[name][0] += time.perf_counter() - t0
+            spent[name][1] += _redis_cpu_s(client) - cpu0
+    keys = rounds * len(items)
+    client.delete(*[k for k, _ in items])
+    return {
+        name: {"wall_us_per_key": w * 1e6 / keys, "redis_cpu_us_per_key": c * 1e6 / keys}
+        for name, (w, c) in spent.items()
+    } | {"keys_per_round": len(items), "rounds": rounds, "batch": batch}
+
+
 def run_store(
     settings: Settings, cfg: StoreConfig | None = None, smoke: bool = False
 ) -> BenchResult:
@@ -244,6 +281,7 @@ def run_store(
                 "header8": _measure_keys(client, pairs, (key, _header8), cfg.sample, private),
                 "hash_per_user": _measure_hash(client, pairs, prefix, private),
             }
+            write_cost = _write_cost(client, pairs, lay)
             if private:  # changes server config: never on the shared Redis
                 layouts["hash_listpack"] = _measure_hash(client, pairs, prefix, True, listpack=True)
                 layouts["hash_listpack_int8"] = _measure_hash(
@@ -259,6 +297,7 @@ def run_store(
         "private_redis": private,
         "key_prefix": prefix,
         "layouts": layouts,
+        "write_cost": write_cost,
         "per_million_pairs_mib": {
             name: {
                 "memory_usage": m["memory_usage"] * 1e6 / 2**20,
@@ -271,6 +310,14 @@ def run_store(
         "bytes_per_pair": chosen["memory_usage"],
         "bytes_per_pair_with_ttl_and_dict": chosen["used_memory_delta"],
         "json_over_binary": ratio(layouts["json_f32"]["memory_usage"], chosen["memory_usage"]),
+        # issue 24 item 7: what never overwriting a newer value costs per written pair
+        "conditional_over_set_write_wall": ratio(
+            write_cost["conditional"]["wall_us_per_key"], write_cost["set"]["wall_us_per_key"]
+        ),
+        "conditional_over_set_redis_cpu": ratio(
+            write_cost["conditional"]["redis_cpu_us_per_key"],
+            write_cost["set"]["redis_cpu_us_per_key"],
+        ),
     }
     return BenchResult("store", machine, results, ratios, TARGETS if not smoke else {}, smoke)
 

@@ -1,5 +1,7 @@
 """The record → (key, value bytes) writes shared by the key-value backends (Redis, Redis Cluster):
-a backend supplies ``layout`` and ``_write(items, ttl_ms)``, this supplies the four writes."""
+a backend supplies ``layout``, ``_write(items, ttl_ms)`` and ``_write_newer(items, ttl_ms)``
+(pairs and aggregates: never replace a value of a newer event time, see
+:mod:`store.conditional_writes`), this supplies the four writes."""
 
 from __future__ import annotations
 
@@ -15,16 +17,24 @@ class KeyedWrites:
 
     layout: KeyLayout
 
+    #: writes of pairs/aggregates skipped because the store held a newer event time
+    stale_skipped: int = 0
+
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        raise NotImplementedError
+
+    def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
+        """Write unless the stored value is newer; returns the number skipped."""
         raise NotImplementedError
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
         keys, values = self.layout.pair_keys(pairs), encode_pairs(pairs)
-        self._write(list(zip(keys, values, strict=True)), ttl_ms)
+        self.stale_skipped += self._write_newer(list(zip(keys, values, strict=True)), ttl_ms)
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
         agg = self.layout.aggregate
-        self._write([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
+        items = [(agg(r.user_id), encode_aggregate(r)) for r in aggregates]
+        self.stale_skipped += self._write_newer(items, ttl_ms)
 
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
         nb = self.layout.neighbours

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.conditional_writes import newer_or_equal
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
 from store.values import encode_aggregate, encode_neighbours, encode_pairs
@@ -30,6 +31,8 @@ class InMemoryStore:
         self._data: dict[bytes, tuple[int, bytes]] = {}
         #: Number of read round trips served (tests assert the reader's budget with it).
         self.round_trips = 0
+        #: pair/aggregate writes skipped because a newer event time was stored
+        self.stale_skipped = 0
 
     def _put_many(self, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
         """Every write goes through here (one clock read per batch; subclasses that record
@@ -49,13 +52,21 @@ class InMemoryStore:
             return None
         return entry[1]
 
+    def _put_newer(self, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
+        """The Redis script's rule (:func:`~store.conditional_writes.newer_or_equal`): a value
+        of an older event time never replaces a newer one."""
+        now = self._clock_ms()
+        kept = [(k, v) for k, v in items if newer_or_equal(self._get(k, now), v)]
+        self.stale_skipped += len(items) - len(kept)
+        self._put_many(kept, ttl_ms)
+
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
         keys, values = self.layout.pair_keys(pairs), encode_pairs(pairs)
-        self._put_many(list(zip(keys, values, strict=True)), ttl_ms)
+        self._put_newer(list(zip(keys, values, strict=True)), ttl_ms)
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
-        for rec in aggregates:
-            self._put(self.layout.aggregate(rec.user_id), encode_aggregate(rec), ttl_ms)
+        agg = self.layout.aggregate
+        self._put_newer([(agg(r.user_id), encode_aggregate(r)) for r in aggregates], ttl_ms)
 
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
         for rec in lists:

@@ -1,4 +1,5 @@
-"""Redis backend: one ``MGET`` per read (one round trip), pipelined ``SET ... PX`` writes.
+"""Redis backend: one ``MGET`` per read (one round trip), pipelined ``SET ... PX`` writes
+(pairs and aggregates: a compare-and-set on their event time, :mod:`store.conditional_writes`).
 
 Reads go through a :class:`~store.redis_pool.ReadPool` of pre-warmed connections with one overall
 deadline per read (connect and handshake never happen on the request path); writes, snapshots
@@ -24,6 +25,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from store.conditional_writes import write_newer_many
 from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
@@ -82,6 +84,18 @@ class RedisStore(KeyedWrites):
             return
         try:
             set_px_many(self._writer, items, ttl_ms)
+        except redis.TimeoutError as exc:
+            raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
+        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
+            raise StoreRefused(f"redis refused the write: {exc}") from exc
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis write failed: {exc}") from exc
+
+    def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
+        if not items:
+            return 0
+        try:
+            return write_newer_many(self._writer, items, ttl_ms)
         except redis.TimeoutError as exc:
             raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
         except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY

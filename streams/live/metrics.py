@@ -45,6 +45,22 @@ AGENT_BATCH_RETRIES = Counter(
     ["agent"],
 )
 AGGREGATES = Counter("solaris_aggregates_written_total", "User aggregates written.")
+STALE_WRITES_SKIPPED = Counter(
+    "solaris_store_stale_writes_skipped_total",
+    "Pair/aggregate writes the store refused because it held a newer event time (e.g. a "
+    "resumed zombie worker's old batch; store.conditional_writes).",
+    ["kind"],
+)
+
+
+def count_stale_skipped(store: object, before: int, kind: str) -> int:
+    """Add the store's skipped-stale writes since ``before`` to the counter; returns the total."""
+    now = int(getattr(store, "stale_skipped", 0))
+    if now > before:
+        STALE_WRITES_SKIPPED.labels(kind).inc(now - before)
+    return now
+
+
 STALE_EMBEDDINGS = Counter(
     "solaris_stale_version_embeddings_total",
     "Late embeddings of a model version their user's aggregate already left (not aggregated).",

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from store.protocol import FeatureStore
 from streams.settings import Settings
 from tests.contract.store_contract import StoreContract
 
@@ -33,4 +34,17 @@ def advance() -> Callable[[int], None]:
 
 
 class TestAerospikeStore(StoreContract):
+    # Aerospike writes stay unconditional (issue 24 item 7 left there: a compare needs the event
+    # time in its own bin and a filter expression on the batch write): strict xfail, so the
+    # day it is built this turns red until the marks go.
+    _NOT_CONDITIONAL = pytest.mark.xfail(strict=True, reason="aerospike writes are unconditional")
+
+    @_NOT_CONDITIONAL
+    def test_an_older_pair_never_replaces_a_newer_one(self, store: FeatureStore) -> None:
+        super().test_an_older_pair_never_replaces_a_newer_one(store)
+
+    @_NOT_CONDITIONAL
+    def test_an_older_aggregate_never_replaces_a_newer_one(self, store: FeatureStore) -> None:
+        super().test_an_older_aggregate_never_replaces_a_newer_one(store)
+
     pass

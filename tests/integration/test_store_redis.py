@@ -12,7 +12,7 @@ from store.errors import StoreError, StoreUnavailable
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch
 from store.redis_store import RedisStore
-from store.values import encode_pairs
+from store.values import decode_vector, encode_pairs
 from tests.contract.store_contract import StoreContract, pair
 
 pytestmark = pytest.mark.integration
@@ -95,3 +95,21 @@ class TestRedisStore(StoreContract):
         with pytest.raises(StoreError):
             dead.write_pairs([pair(1, 1)], 1000)
         dead.close()
+
+
+def test_conditional_writes_survive_a_script_flush(store: RedisStore, redis_url: str) -> None:
+    """The compare-and-set script is loaded again when Redis lost it (a restart, SCRIPT FLUSH):
+    the batch is sent again and nothing is lost or double-counted."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store.write_pairs([pair(8, 80, t=1_700_000_005_000, seed=1)], ttl_ms=3_600_000)
+        client.script_flush()
+        store.write_pairs(
+            [pair(8, 80, t=1_700_000_000_000, seed=2), pair(8, 81, seed=3)], ttl_ms=3_600_000
+        )
+        res = store.read(ReadBatch(pairs=[(8, 80), (8, 81)]), 500)
+        assert res.pairs[0] is not None and res.pairs[1] is not None
+        assert decode_vector(res.pairs[0]).event_time_ms == 1_700_000_005_000
+        assert store.stale_skipped == 1
+    finally:
+        client.close()

@@ -50,11 +50,13 @@ def register(ctx: AgentContext) -> None:
                     latest[rec.user_id] = agg
         if latest:
             aggs = list(latest.values())
+            before = int(getattr(parts.store, "stale_skipped", 0))
             await write_with_retry(
                 "write_aggregates",
                 lambda: parts.store.write_aggregates(aggs, settings.aggregate_store_ttl_ms),
             )
             metrics.AGGREGATES.inc(len(aggs))
+            metrics.count_stale_skipped(parts.store, before, "aggregate")
             for agg in aggs:
                 parts.aggregate_times[agg.user_id] = agg.event_time_ms
         for user, (event, state) in states.items():

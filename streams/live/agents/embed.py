@@ -114,8 +114,10 @@ class EmbedAgent:
         if embeddings:
             ttl = self.settings.pair_ttl_ms
             store = self.parts.store
+            before = int(getattr(store, "stale_skipped", 0))
             await write_with_retry("write_pairs", lambda: store.write_pairs(embeddings, ttl))
             metrics.EMBEDDED.inc(len(embeddings))
+            metrics.count_stale_skipped(store, before, "pair")
         self.parts.count(embedded=len(embeddings), fm_batches=fm_calls)
 
     async def send(self, ready: list[Encoded], deliveries: list[Awaitable[Any]]) -> None:
