@@ -38,18 +38,30 @@ class BundleItemVectors:
         return out
 
 
-def newest_bundle(model_dir: Path) -> Path:
-    bundles = sorted(model_dir.glob("bundle-*"), key=lambda p: p.stat().st_mtime)
+def only_bundle(model_dir: Path) -> Path:
+    """The bundle under ``model_dir`` when there is exactly one; else a clear error.
+
+    Never "the newest by mtime": processes restarted after a new bundle lands would then serve
+    it beside others still on the old one (a mixed FM group writing two models' vectors). With
+    several bundles the deployment pins one (``SOLARIS_BUNDLE_DIR`` or ``--bundle``)."""
+    bundles = sorted(model_dir.glob("bundle-*"))
     if not bundles:
         raise StreamsError(f"no trained bundle under {model_dir}: run `solaris train` first")
-    return bundles[-1]
+    if len(bundles) > 1:
+        names = ", ".join(b.name for b in bundles[:5]) + (" ..." if len(bundles) > 5 else "")
+        raise StreamsError(
+            f"{len(bundles)} bundles under {model_dir} ({names}) and none pinned: set "
+            "SOLARIS_BUNDLE_DIR (or pass --bundle) so every process serves the same one"
+        )
+    return bundles[0]
 
 
 def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[EngineModels, Path]:
-    """The bundle's FM, VM, vm_solaris and item vectors (``settings.bundle_dir`` or newest)."""
+    """The bundle's FM, VM, vm_solaris and item vectors: ``bundle_dir``, else
+    ``settings.bundle_dir``, else the only bundle under ``model_dir`` (:func:`only_bundle`)."""
     from models.bundle import load_bundle
 
-    path = bundle_dir or settings.bundle_dir or newest_bundle(settings.model_dir)
+    path = bundle_dir or settings.bundle_dir or only_bundle(settings.model_dir)
     providers = [p.strip() for p in settings.onnx_providers.split(",") if p.strip()]
     bundle = load_bundle(path, threads=settings.onnx_threads, providers=providers or None)
     items = BundleItemVectors(path / ITEM_VECTORS) if (path / ITEM_VECTORS).is_file() else None

@@ -393,7 +393,9 @@ class Settings(BaseSettings):
         "replay of old traffic, but a gap in a partition's log longer than the bound too).",
     )
     bundle_dir: Path | None = Field(
-        None, description="Trained model bundle to serve (default: the newest under model_dir)."
+        None,
+        description="Trained model bundle to serve; unset = the only bundle under model_dir "
+        "(several there and none pinned is an error: every process must serve the same one).",
     )
 
     # --- limits ----------------------------------------------------------------------------------
