@@ -20,7 +20,7 @@ from bench.common import delete_keys, run_id
 from schemas.codec import Codec
 from schemas.limits import Limits
 from schemas.records import ProposalBatch
-from streams.demo import Children, solaris_cmd
+from streams.app.demo import Children, solaris_cmd
 from streams.kafka_clients import make_producer
 from streams.lag import wait_for_groups
 from streams.run_cleanup import delete_run

@@ -24,7 +24,7 @@ from typing import Any
 from bench.common import BenchResult, free_port, machine_info, ratio, redis_version
 from bench.live import PIPELINE_ROLES, LiveRun, scrape
 from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
-from streams.demo import solaris_cmd
+from streams.app.demo import solaris_cmd
 from streams.lag import LagReader
 from streams.replay import replay_events
 from streams.settings import Settings

@@ -7,7 +7,7 @@
 # `path` installs if needed and prints the browser's path (what tests run); `status` prints the
 # path and version, or exits 1 when Chromium is not installed. Nothing is started or left running:
 # callers run `chromium --headless ...` themselves, one process per call
-# (streams/report_html/browser.py).
+# (streams/app/report_html/browser.py).
 set -euo pipefail
 
 LOG_NAME=chromium

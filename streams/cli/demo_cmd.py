@@ -22,7 +22,7 @@ from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_t
 from streams.settings import Settings
 
 if TYPE_CHECKING:
-    from streams.demo_offline import MeasuredDelays
+    from streams.app.demo_offline import MeasuredDelays
 
 console = Console()
 #: event-time seconds per wall second of the default timed replay: the pipeline holds it on this
@@ -86,7 +86,7 @@ def demo(
     production, or with ``--lockstep``. Prints the live table next to the offline simulator's
     numbers on the same requests and writes a self-contained HTML report with its plots.
     """
-    from streams.demo import run_demo
+    from streams.app.demo import run_demo
 
     settings = Settings()
     name = dataset.value if dataset else None
@@ -175,7 +175,7 @@ def _models(path: Path, settings: Settings) -> Path:
 
 
 def _slice(path: Path, requests: int, settings: Settings) -> Path:
-    from streams.demo import slice_traffic
+    from streams.app.demo import slice_traffic
 
     out = settings.cache_dir / "traffic" / f"{path.stem}-last{requests}.avro"
     return slice_traffic(path, requests, out)
@@ -183,7 +183,7 @@ def _slice(path: Path, requests: int, settings: Settings) -> Path:
 
 def _offline(settings: Settings, bundle: Path, replayed: Path) -> dict[str, Any]:
     """The lockstep simulator on the replayed slice, configured like the live pipeline."""
-    from streams.demo_offline import lockstep_offline
+    from streams.app.demo_offline import lockstep_offline
 
     with console.status("offline simulation of the replayed slice (cached)"):
         return lockstep_offline(settings, bundle, replayed)
@@ -198,7 +198,7 @@ def _offline_at_latency(
 ) -> None:
     """After a timed run: the simulator with the pipeline delays the live run had, each
     request's own as measured (the probe's median when nothing was measured)."""
-    from streams.demo_offline import offline_at_latency
+    from streams.app.demo_offline import offline_at_latency
 
     if delays is not None and delays.embedded:
         p50 = delays.median_ms() / 1000
@@ -275,8 +275,8 @@ def _write_outputs(
     summary: dict[str, Any], json_path: Path | None, html_path: Path | None, name: str
 ) -> None:
     """The HTML report (and a screenshot of it when Chromium is installed), then the JSON."""
-    from streams.report_html.browser import ReportError, find_chromium, screenshot
-    from streams.report_html.page import write_report
+    from streams.app.report_html.browser import ReportError, find_chromium, screenshot
+    from streams.app.report_html.page import write_report
 
     if html_path is None:
         html_path = (

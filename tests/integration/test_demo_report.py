@@ -23,7 +23,7 @@ REPLAY_S = 15.0
 
 
 def chromium_or_skip() -> str:
-    from streams.report_html.browser import find_chromium
+    from streams.app.report_html.browser import find_chromium
 
     browser = find_chromium()
     if browser is not None:
@@ -45,10 +45,10 @@ def test_demo_report_renders_every_plot_in_chromium(
 ) -> None:
     pytest.importorskip("matplotlib", reason="the report's plots need the train extra")
     from models.data.traffic import load_requests
+    from streams.app.demo import run_demo
+    from streams.app.report_html.browser import dump_dom, screenshot
+    from streams.app.report_html.page import write_report
     from streams.cli.demo_cmd import _offline
-    from streams.demo import run_demo
-    from streams.report_html.browser import dump_dom, screenshot
-    from streams.report_html.page import write_report
     from tests.conftest import require_kafka_and_redis
 
     browser = chromium_or_skip()

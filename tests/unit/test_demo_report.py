@@ -17,8 +17,8 @@ from streams.engine.config import EngineConfig
 pytest.importorskip("matplotlib", reason="matplotlib comes with the train extra")
 
 from store.tiers import TIER_NAMES
-from streams.report_html.page import render, write_report
-from streams.report_html.plots import FIGURES, _intervals
+from streams.app.report_html.page import render, write_report
+from streams.app.report_html.plots import FIGURES, _intervals
 
 CUM = {"exact": 0.4, "with_aggregate": 0.7, "with_neighbour_item": 0.8, "with_neighbours": 0.9}
 
@@ -129,7 +129,7 @@ def test_sweep_plot_writes_a_png_at_the_default_path(
     assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
 
 
-# --- the demo's latency-matched simulator (streams.demo_offline) ---------------------------
+# --- the demo's latency-matched simulator (streams.app.demo_offline) ---------------------------
 
 
 def _latency_events() -> list[Any]:
@@ -143,7 +143,7 @@ def _latency_events() -> list[Any]:
 
 
 def _sim(delay_ms: int | None) -> Any:
-    from streams.demo_offline import LatencySimulator
+    from streams.app.demo_offline import LatencySimulator
     from streams.engine.models import EngineModels
     from streams.simulate.config import SimConfig
     from streams.simulate.simulator import Simulator
@@ -182,7 +182,7 @@ def test_latency_lowers_exact_coverage() -> None:
 def _measured(events: list[Any], request_ms: Any, verify_ms: Any) -> Any:
     """MeasuredDelays with every request measured: ``request_ms(r)`` / ``verify_ms(r)``."""
     from schemas.records import RequestEvent
-    from streams.demo_offline import MeasuredDelays
+    from streams.app.demo_offline import MeasuredDelays
 
     reqs = [e for e in events if isinstance(e, RequestEvent)]
     return MeasuredDelays(
@@ -193,7 +193,7 @@ def _measured(events: list[Any], request_ms: Any, verify_ms: Any) -> Any:
 
 
 def _run(events: list[Any], delays: Any) -> Any:
-    from streams.demo_offline import LatencySimulator
+    from streams.app.demo_offline import LatencySimulator
 
     base = _sim(0)
     sim = LatencySimulator(base.config, base.models, delays)
@@ -227,7 +227,7 @@ def test_measured_delays_are_per_request() -> None:
 
 def test_measured_delays_fall_back_to_the_newest_measured_request() -> None:
     from schemas.records import ImpressionEvent, RequestEvent
-    from streams.demo_offline import MeasuredDelays
+    from streams.app.demo_offline import MeasuredDelays
 
     d = MeasuredDelays({"a": 5_000, "c": 9_000}, {"a": 100, "b": 300}, {"a": 10, "b": 20, "c": 30})
 
@@ -247,7 +247,7 @@ def test_measured_delays_fall_back_to_the_newest_measured_request() -> None:
 
 
 def test_arrivals_keep_the_first_and_never_go_negative() -> None:
-    from streams.demo_delays import Arrivals
+    from streams.app.demo_delays import Arrivals
 
     arr = Arrivals()
     arr.add("embeddings", "a", 1_000, 61_000, 80_000)
@@ -264,7 +264,7 @@ def test_arrivals_keep_the_first_and_never_go_negative() -> None:
 
 
 def test_arrivals_round_trip_through_json(tmp_path: Path) -> None:
-    from streams.demo_delays import Arrivals
+    from streams.app.demo_delays import Arrivals
 
     arr = Arrivals()
     arr.add("embeddings", "a", 1_000, 61_000, 80_000)
@@ -276,7 +276,7 @@ def test_arrivals_round_trip_through_json(tmp_path: Path) -> None:
 def test_arrivals_fall_back_to_the_replay_clock_without_scores(tmp_path: Path) -> None:
     """A ranker that wrote no scores leaves its clock at 0: every delay would read 0 (the
     lockstep simulator), so the replay's clock is used instead."""
-    from streams.demo_delays import Arrivals
+    from streams.app.demo_delays import Arrivals
 
     arr = Arrivals()
     arr.add("embeddings", "a", 1_000, 0, 80_000)

@@ -8,7 +8,7 @@ runs the same engine with every pipeline step of an event (speculate → verify 
 and the impression's history update) applied late by a :class:`DelaySchedule`, while the ranker's
 reads stay on time, so "live at speed N" can be compared with "offline at the latency measured in
 that run". The schedule is either one constant delay (:class:`ConstantDelay`) or the delays the
-demo measured for each request (:class:`MeasuredDelays`, from ``streams.demo_delays``): a
+demo measured for each request (:class:`MeasuredDelays`, from ``streams.app.demo_delays``): a
 request's pipeline lands when its ``embeddings`` message did, an impression's history update as
 late as the pipeline worker was then. Results are cached per (traffic, bundle, settings,
 schedule): the simulator is deterministic, and a warm demo should not recompute them.

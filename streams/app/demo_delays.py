@@ -2,14 +2,14 @@
 
 A timed replay compresses event time, so the pipeline's wall latency becomes minutes of event
 time, and the demo compares live coverage with the simulator run that far behind the reads
-(``streams.demo_offline``). The timeline's probe (newest request replayed vs newest embedding
+(``streams.app.demo_offline``). The timeline's probe (newest request replayed vs newest embedding
 written) measures the *age of the newest embedding* against the *replay*: it adds the gap since
 the last FM write, and it ignores that the ranker, too, reads a little after the replay produced
 (at 700× its few messages of lag are tens of seconds of event time). This recorder notes, for
 every request, when its ``verified`` and ``embeddings`` messages appeared on the *ranker's*
 clock: the event time of the newest request the ranker had scored (its ``scores`` messages, read
 by the same consumer). The pairs are then served from the ranker's next request on, exactly as
-:class:`~streams.demo_offline.LatencySimulator` applies a delay.
+:class:`~streams.app.demo_offline.LatencySimulator` applies a delay.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from schemas.codec import Codec
 from schemas.errors import SchemaError
 from schemas.limits import Limits
 from schemas.records import EmbeddingBatch, ProposalBatch
-from streams.demo_offline import MeasuredDelays
+from streams.app.demo_offline import MeasuredDelays
 from streams.kafka_clients import make_consumer
 from streams.settings import Settings
 

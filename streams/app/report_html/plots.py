@@ -1,6 +1,6 @@
 """The demo report's figures, each drawn from the demo summary JSON alone (no service needed).
 
-Every function takes the summary (see :func:`streams.demo.run_demo`) and returns a matplotlib
+Every function takes the summary (see :func:`streams.app.demo.run_demo`) and returns a matplotlib
 figure. A figure whose data the run did not record (e.g. live quality with too few labelled
 impressions) still renders, with a note saying what is missing, so the page keeps its layout and
 the reader sees why. matplotlib comes with the ``train`` extra; :mod:`.page` imports this module

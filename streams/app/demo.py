@@ -3,7 +3,7 @@
 Starts a pipeline worker, a separate FM worker (its own consumer group, as on a GPU host) and
 the ranker under a fresh topic/key prefix, replays recorded traffic (timed at ``speed`` event-time
 seconds per wall second, or in lockstep), samples lag and the live counters once a second
-(:class:`~streams.report_html.timeline.Timeline`), waits until every consumer group has drained,
+(:class:`~streams.app.report_html.timeline.Timeline`), waits until every consumer group has drained,
 scrapes the ranker's read-latency histogram, stops everything it started and returns the summary
 that the table and the HTML report are drawn from. Kafka and Redis must be up.
 """
@@ -325,8 +325,8 @@ def watched_replay(
 ) -> tuple[Any, Any, Any, float]:
     """Replay and drain while the timeline samples lag and counters and the arrival recorder
     times each request's pipeline; returns (timeline, recorder, replay stats, drain seconds)."""
-    from streams.demo_delays import ArrivalRecorder
-    from streams.report_html.timeline import Timeline
+    from streams.app.demo_delays import ArrivalRecorder
+    from streams.app.report_html.timeline import Timeline
 
     mode = "in lockstep" if speed == 0 else f"timed at {speed:,.0f}x"
     report(f"replaying {total:,} requests {mode}")
@@ -352,7 +352,7 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the live pipeline over ``traffic`` and return the summary (see :func:`summary_json`;
     plus ``timeline``, ``read_latency``, ``drain_seconds``, ``mode``, ``speed`` and the
-    per-request delays of :meth:`~streams.demo_delays.Arrivals.outputs`).
+    per-request delays of :meth:`~streams.app.demo_delays.Arrivals.outputs`).
 
     ``speed`` 0 = lockstep (the pipeline drains before each request: live coverage equals the
     simulator's); N > 0 = N event-time seconds per wall second, the way traffic really arrives

@@ -72,7 +72,7 @@ def png_data_uri(fig: Any, dpi: int = 100) -> str:
 
 def _rows(summary: Summary) -> list[tuple[str, ...]]:
     """(metric, live, offline lockstep, offline at the live latency) rows of the summary table."""
-    from streams.report_html.plots import CUMULATIVE
+    from streams.app.report_html.plots import CUMULATIVE
 
     offs = [summary.get("offline") or {}, summary.get("offline_at_latency") or {}]
     rows: list[tuple[str, ...]] = [
@@ -119,7 +119,7 @@ def _header(summary: Summary) -> str:
 
 def render(summary: Summary) -> str:
     """The report's HTML for a demo summary (pure: no I/O but matplotlib's drawing)."""
-    from streams.report_html.plots import FIGURES
+    from streams.app.report_html.plots import FIGURES
 
     table = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*row, "", "", "")[:4]) + "</tr>"
