@@ -320,6 +320,12 @@ class Settings(BaseSettings):
     neighbour_interval_ms: int = Field(
         10 * 60_000, gt=0, description="Event-time interval between neighbour-index rebuilds."
     )
+    neighbour_refresh_budget_s: float = Field(
+        10.0,
+        gt=0,
+        description="Wall time a neighbour refresh (its own thread) may take before it is logged "
+        "and counted as over budget (solaris_neighbour_refresh_over_budget_total).",
+    )
     neighbour_growth_factor: float = Field(
         2.0,
         ge=1.0,

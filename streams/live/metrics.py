@@ -66,6 +66,15 @@ STALE_EMBEDDINGS = Counter(
     "Late embeddings of a model version their user's aggregate already left (not aggregated).",
 )
 NEIGHBOUR_LISTS = Counter("solaris_neighbour_lists_written_total", "Neighbour lists written.")
+NEIGHBOUR_REFRESH_SECONDS = Histogram(
+    "solaris_neighbour_refresh_seconds",
+    "Wall time of one neighbour refresh (index build + lists), in its own thread.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+)
+NEIGHBOUR_REFRESH_OVER_BUDGET = Counter(
+    "solaris_neighbour_refresh_over_budget_total",
+    "Neighbour refreshes longer than SOLARIS_NEIGHBOUR_REFRESH_BUDGET_S.",
+)
 LOOKUPS = Counter("solaris_lookups_total", "Ranker lookups by tier.", ["tier"])
 READ_LATENCY = Histogram(
     "solaris_read_seconds",

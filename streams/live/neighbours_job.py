@@ -1,11 +1,19 @@
 """The live neighbour refresh: run inside the requests agent every interval of *event time*,
-exactly when the simulator runs it, over this worker's users (its partitions)."""
+exactly when the simulator runs it, over this worker's users (its partitions).
+
+The build and the queries run in their own thread (``offload.NEIGHBOUR_POOL``), not on the
+event loop: at scale they take seconds, and a loop blocked that long misses consumer heartbeats
+(a rebalance, then the same refresh again: issue 24 item 5). The requests agent awaits it, and
+it is the only agent that changes the representations, so the thread reads a stable state.
+A refresh longer than ``SOLARIS_NEIGHBOUR_REFRESH_BUDGET_S`` is logged and counted.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import numpy as np
@@ -15,6 +23,7 @@ from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.knn_snapshot import publish_snapshot
+from streams.live.offload import NEIGHBOUR_POOL, in_pool
 from streams.live.retry import write_with_retry
 from streams.settings import Settings
 
@@ -56,7 +65,11 @@ class NeighbourRefresher:
         since = self.clock.start(t, len(self.parts.aggregate_times))
         horizon = s.neighbour_aggregate_ttl_ms
         fresh = fresh_users(self.parts.aggregate_times, reps, t, horizon)
-        index, lists = refresh(reps, fresh, since, t, self.parts.config.neighbours)
+        started = time.perf_counter()
+        index, lists = await in_pool(
+            NEIGHBOUR_POOL, refresh, reps, fresh, since, t, self.parts.config.neighbours
+        )
+        self._account(time.perf_counter() - started, len(index), len(lists))
         store = self.parts.store
         await write_with_retry(
             "write_neighbours", lambda: store.write_neighbours(lists, s.neighbour_ttl_ms)
@@ -72,3 +85,18 @@ class NeighbourRefresher:
             "neighbours refreshed",
             extra={"indexed": len(index), "lists": len(lists), "event_time_ms": t},
         )
+
+    def _account(self, seconds: float, indexed: int, lists: int) -> None:
+        metrics.NEIGHBOUR_REFRESH_SECONDS.observe(seconds)
+        budget = self.settings.neighbour_refresh_budget_s
+        if seconds > budget:
+            metrics.NEIGHBOUR_REFRESH_OVER_BUDGET.inc()
+            log.warning(
+                "neighbour refresh over its time budget",
+                extra={
+                    "seconds": round(seconds, 3),
+                    "budget_s": budget,
+                    "indexed": indexed,
+                    "lists": lists,
+                },
+            )

@@ -21,6 +21,9 @@ T = TypeVar("T")
 STORE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="solaris-store")
 #: ONNX inference (one thread: onnxruntime parallelises inside a call; batches stay ordered)
 MODEL_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-model")
+#: the neighbour refresh (index build + every active user's query): seconds of CPU at scale,
+#: which on the event loop would stall heartbeats past the session timeout (a rebalance loop)
+NEIGHBOUR_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solaris-neighbours")
 
 
 async def in_pool(
