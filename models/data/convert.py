@@ -13,6 +13,11 @@ Real logs (MovieLens, Taobao) hold interactions, not ranking requests. The conve
    label (the max over repeats, e.g. a Taobao ``pv`` then ``cart`` of one item is engaged).
    Retrieved items the user did not touch get **no** impression: their outcome is unknown (an
    unrated film is not a disliked one), so they are unlabelled candidates of the request.
+   Except for *implicit feedback* (a log with no negatives, e.g. a click log read without a
+   label column): there ``implicit_negatives`` (:func:`config_for`: 4 by default) retrieved
+   candidates the user did not interact with get an impression labelled 0, the way a ranker
+   sees a shown-but-not-clicked item; they are the first ones of the shuffled list, so a
+   seeded random draw.
 3. **Candidates** (up to ``k``) = the interacted items, then retrieved items that are neither
    interacted in this request nor among the user's recent items: up to a ``covisit_share`` of
    the free slots from co-visitation neighbours of the user's recent items, an
@@ -87,6 +92,9 @@ class ConvertConfig:
     log's popularity ranking reshuffle between a user's consecutive requests)."""
     seed: int = 0
     """Seeds each request's generator together with (user_id, request number)."""
+    implicit_negatives: int = 0
+    """Per request, up to this many retrieved candidates the user did not interact with get an
+    impression labelled 0 (implicit feedback: a log without negatives); 0 = none."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -103,6 +111,7 @@ class ConvertConfig:
             "popularity_half_life_days": self.popularity_half_life_days > 0,
             "popular_refresh_s": self.popular_refresh_s > 0,
             "seed": self.seed >= 0,
+            "implicit_negatives": 0 <= self.implicit_negatives <= self.k,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -186,6 +195,25 @@ def _retrieve(
     return candidates
 
 
+IMPLICIT_NEGATIVES = 4
+"""Negatives per request :func:`config_for` gives a log without any (see the module doc)."""
+
+
+def config_for(log: Interactions, **knobs: Any) -> ConvertConfig:
+    """``ConvertConfig(**knobs)``, with implicit negatives when ``log`` has no negative label
+    (every row a positive: implicit feedback), logged, so a click log trains on a task with
+    two classes instead of failing (or, before, reporting garbage)."""
+    if len(log) and int(log.label.min()) == 1 and "implicit_negatives" not in knobs:
+        knobs["implicit_negatives"] = IMPLICIT_NEGATIVES
+        logger.warning(
+            "the log has no negative labels (implicit feedback): each request gets up to %d "
+            "retrieved candidates the user did not interact with, labelled 0",
+            IMPLICIT_NEGATIVES,
+            extra={"op": "implicit_negatives", "per_request": IMPLICIT_NEGATIVES},
+        )
+    return ConvertConfig(**knobs)
+
+
 def convert(
     log: Interactions,
     config: ConvertConfig | None = None,
@@ -233,7 +261,11 @@ def convert(
         rtime.append(req.start_ms)
         cands.append(candidates)
         position = {item: pos for pos, item in enumerate(candidates)}
-        for item, label in req.items.items():
+        shown = list(req.items.items())
+        if cfg.implicit_negatives:
+            unclicked = [c for c in candidates if c not in req.items]
+            shown += [(c, 0) for c in unclicked[: cfg.implicit_negatives]]
+        for item, label in shown:
             imp_req.append(r)
             imp_item.append(item)
             imp_pos.append(position[item])

@@ -73,11 +73,11 @@ def _build(
         progress.update(task, total=1, completed=1)
         return traffic.requests, traffic.impressions, synthetic_metadata(cfg)
 
-    from models.data.convert import ConvertConfig, conversion_metadata, convert
+    from models.data.convert import config_for, conversion_metadata, convert
     from models.data.user_log import load_source
 
     log, source = load_source(dataset.value, data_dir, log_spec)
-    ccfg = ConvertConfig(session_gap_s=session_gap_s, k=k, seed=seed)
+    ccfg = config_for(log, session_gap_s=session_gap_s, k=k, seed=seed)
     task = progress.add_task(f"converting {len(log):,} {dataset.value} interactions", total=None)
 
     def step(done: int, total: int) -> None:
@@ -232,9 +232,11 @@ def _print_source(meta: dict[str, Any]) -> None:
         soft_wrap=True,
     )
     if meta.get("positive_share") == 1.0:
+        negatives = meta.get("converter", {}).get("implicit_negatives", 0)
         console.print(
-            "[yellow]every impression is a positive (an implicit log): coverage is meaningful, "
-            "NE/AUC/transfer ratios are not; give a label column for them[/yellow]"
+            "[yellow]the log has no negatives (implicit feedback): each request got up to "
+            f"{negatives} retrieved candidates the user did not interact with, labelled 0; a "
+            "label column gives real negatives[/yellow]"
         )
 
 

@@ -74,13 +74,13 @@ def _make_traffic(
         traffic = generate(cfg)
         requests, impressions, meta = traffic.requests, traffic.impressions, synthetic_metadata(cfg)
     else:
-        from models.data.convert import ConvertConfig, conversion_metadata, convert
+        from models.data.convert import config_for, conversion_metadata, convert
         from models.data.loaders import resolve_data_dir
         from models.data.user_log import load_source
 
         folder = resolve_data_dir(data_dir, settings.data_dir)
         log, source = load_source(dataset.value, folder, log_spec)
-        ccfg = ConvertConfig()
+        ccfg = config_for(log)
         requests, impressions = convert(log, ccfg, dataset=dataset.value)
         meta = conversion_metadata(log, ccfg, dataset.value)
         meta.update(source)

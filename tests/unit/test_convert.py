@@ -249,3 +249,33 @@ def test_real_taobao_slice_converts_leak_free() -> None:
         past_and_own = head.take((head.ts_ms < t) | _own_rows(head, imp, r, user, t))
         req2, imp2 = convert(past_and_own)  # the whole future dropped
         assert _request(req2, imp2, rid) == _request(req, imp, rid)
+
+
+def test_a_log_without_negatives_gets_unclicked_candidates_as_negatives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Implicit feedback (issue 25 item 7): a click log (every row a positive) gets, per
+    request, up to ``IMPLICIT_NEGATIVES`` retrieved candidates the user did not interact with,
+    labelled 0, instead of a one-class task that cannot be trained."""
+    from models.data.convert import IMPLICIT_NEGATIVES, config_for
+
+    base = _random_log(5)
+    clicks = Interactions.build(
+        "clicks", base.user_id, base.item_id, base.ts_ms, np.ones(len(base), np.int8)
+    )
+    cfg = config_for(clicks)
+    assert cfg.implicit_negatives == IMPLICIT_NEGATIVES
+    assert any("implicit feedback" in r.getMessage() for r in caplog.records)
+    requests, imps = convert(clicks, cfg)
+    assert 0.0 < float(imps.label.mean()) < 1.0
+    for r in range(len(requests)):
+        mask = imps.request_index == r
+        cands = set(requests.candidates_of(r).tolist())
+        pos = set(imps.item_id[mask & (imps.label == 1)].tolist())
+        neg = imps.item_id[mask & (imps.label == 0)].tolist()
+        assert len(neg) <= IMPLICIT_NEGATIVES and set(neg) <= cands and not set(neg) & pos
+    # a log with both labels converts as before: no invented negatives
+    assert config_for(base).implicit_negatives == 0
+    _, plain = convert(base, config_for(base))
+    _, again = convert(base, ConvertConfig())
+    assert np.array_equal(plain.item_id, again.item_id)
