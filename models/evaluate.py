@@ -108,6 +108,22 @@ def fm_gain_verdict(interval: Sequence[float]) -> str:
     return "negative" if hi < 0.0 else "within noise"
 
 
+def transfer_verdict(gap_interval: Sequence[float]) -> dict[str, Any]:
+    """``transfer_defined`` is False when the FM's NE gain over the VM is not positive by its
+    95 % interval: every transfer ratio then divides by noise (or by a loss), so the report
+    says so loudly instead of letting a ratio read as a result (issue 25 item 7)."""
+    verdict = fm_gain_verdict(gap_interval)
+    if verdict == "positive":
+        return {"transfer_defined": True, "transfer_undefined_reason": None}
+    lo, hi = gap_interval
+    return {
+        "transfer_defined": False,
+        "transfer_undefined_reason": f"the FM's NE gain over the VM is {verdict} "
+        f"([{lo:.4f}, {hi:.4f}]): transfer ratios divide by noise; read the paired NE "
+        "differences instead",
+    }
+
+
 def missing_model(keys: Sequence[str], cfg: TrainConfig, kind: str = "unavailable") -> str:
     """``vm_solaris`` (the served one) scored with every input ``unavailable`` (the store could
     not be read: the degradation bar) or on the ``missing`` tier (nothing stored). Runs made
@@ -319,6 +335,7 @@ def evaluate_runs(
     )
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
+    extra.update(transfer_verdict(boot.gap_interval))
     return {
         **extra,
         "vm_baseline": "fair (streaming user features)" if cfg.vm_user_features else "id-only",
@@ -447,6 +464,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### {report['dataset']}: test NE / AUC ({n} seeds, mean ± std; 95 % user-bootstrap CI)",
         "",
+    ]
+    if report.get("transfer_defined") is False:
+        lines += [f"**TRANSFER UNDEFINED**: {report['transfer_undefined_reason']}.", ""]
+    lines += [
         "| model | logloss | NE | NE 95% CI | AUC | TR |",
         "|---|---|---|---|---|---|",
     ]

@@ -52,6 +52,10 @@ def test_report_is_judged_on_the_task_label(imps: Impressions, run: SeedRun) -> 
         float(imps.task_label[run.split.test].mean())
     )
     assert "fm_source" in report["models"]
+    from models.evaluate import markdown
+
+    loud = "TRANSFER UNDEFINED" in markdown(report)
+    assert report["transfer_defined"] is not loud
     report["task"] = {
         "fm_task": {"label": "engaged"},
         "vm_task": {"label": "engaged, even item"},
