@@ -147,7 +147,8 @@ class HistoryIndex:
     def count_before(self, user_ids: np.ndarray, cutoff_ms: np.ndarray) -> np.ndarray:
         """Number of the user's impressions strictly before the cutoff, int64 [N]."""
         start, end = self._bounds(user_ids, cutoff_ms)
-        return (end - start).astype(np.int64)
+        counts: np.ndarray = (end - start).astype(np.int64)
+        return counts
 
 
 def gap_buckets(reference_ms: np.ndarray, times_ms: np.ndarray, mask: np.ndarray) -> np.ndarray:

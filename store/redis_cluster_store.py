@@ -223,7 +223,7 @@ class RedisClusterStore(KeyedWrites):
             if not names:
                 return {}
             # snapshot keys have no hash tag: one MGET per slot, sent by the client
-            values: list[bytes | None] = client.mget_nonatomic(  # type: ignore[assignment]
+            values: list[bytes | None] = client.mget_nonatomic(
                 [f"{self.layout.prefix}:snap:{n}" for n in names]
             )
         except _CLIENT_ERRORS as exc:

@@ -35,7 +35,8 @@ class ItemVectors(Protocol):
 
 def _normalise(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    out: np.ndarray = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    return out
 
 
 class UserRepresentations:

@@ -106,4 +106,7 @@ class RecurrencePrior:
 
     def recurrence(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> np.ndarray:
         """Pair memory + item prior: the user's own recurrence first, the prior breaks ties."""
-        return self.pair_counts(user_id, item_ids, event_time_ms) + self.scores(item_ids)
+        total: np.ndarray = self.pair_counts(user_id, item_ids, event_time_ms) + self.scores(
+            item_ids
+        )
+        return total
