@@ -26,6 +26,13 @@ from typing import Any
 import numpy as np
 
 from models.config import TrainConfig, lag_name
+from models.evaluate_markdown import markdown as markdown
+from models.evaluate_names import (
+    ENGINE_TR,
+    LAGGED_TR,
+    TR_MODELS,
+    VS_ID_ONLY_TR,
+)
 from models.experiment import Impressions, SeedRun
 from models.metrics import (
     BootstrapResult,
@@ -34,59 +41,6 @@ from models.metrics import (
     transfer_ratio,
     user_bootstrap,
 )
-
-#: TR name → model key at lag ``{lag}``; top-level models are the ``@0`` keys.
-TR_MODELS: dict[str, str] = {
-    "kd": "vm_kd",
-    "fm_logit": "vm_fm_logit@{lag}",
-    "solaris": "vm_solaris@{lag}",
-    "solaris_kd": "vm_solaris_kd@{lag}",
-    "solaris_aggregate": "vm_solaris_aggregate@{lag}",
-    "solaris_missing": "vm_solaris_missing@{lag}",
-    "solaris_unavailable": "vm_solaris_unavailable@{lag}",
-    "solaris_served": "vm_solaris_served@{lag}",
-    "score_tiers": "vm_score_tiers@{lag}",
-    "score_served": "vm_score_tiers_served@{lag}",
-    # with a ServedTierSource: the VM trained and evaluated on what the serving engine read
-    "solaris_engine": "vm_solaris_engine",
-    "solaris_engine_missing": "vm_solaris_engine_missing",
-    "solaris_engine_unavailable": "vm_solaris_engine_unavailable",
-    "solaris_engine_kd": "vm_solaris_engine_kd",
-    # design B (decoded user state) in place of every non-exact tier the engine served
-    "solaris_engine_state": "vm_solaris_engine_state",
-    "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
-    # issue 22 item 3 diagnostic: the item-aware fallback in the aggregate slot (serving lag)
-    "solaris_item_aware": "vm_solaris_item_aware@{lag}",
-    "solaris_item_served": "vm_solaris_item_served@{lag}",
-    "solaris_state_aware": "vm_solaris_state_aware@{lag}",
-    "solaris_state_served": "vm_solaris_state_served@{lag}",
-}
-LAGGED_TR = (
-    "solaris",
-    "fm_logit",
-    "solaris_aggregate",
-    "solaris_served",
-    "score_tiers",
-    "score_served",
-)
-TABLE_TR = ("solaris", "fm_logit", "solaris_aggregate", "solaris_served", "score_served")
-#: Engine-built TRs (no lag of their own: the engine's vectors carry the pipeline's real
-#: staleness); also reported in the serving lag's block, next to the offline served mix.
-ENGINE_TR = (
-    "solaris_engine",
-    "solaris_engine_state",
-    "solaris_engine_missing",
-    "solaris_offline_on_engine",
-    "solaris_engine_kd",
-    "solaris_item_aware",
-    "solaris_item_served",
-    "solaris_state_aware",
-    "solaris_state_served",
-)
-
-
-#: TRs reported a second time against the id-only VM when the ranking VMs are fair
-VS_ID_ONLY_TR = ("kd", "solaris", "solaris_engine")
 
 
 def served_model(keys: Sequence[str], cfg: TrainConfig) -> tuple[str, str]:
@@ -370,151 +324,5 @@ def evaluate_runs(
     }
 
 
-def _engine_lines(report: dict[str, Any]) -> list[str]:
-    """The engine-built served mix next to the offline one at the serving lag (if trained)."""
-    lag = lag_name(int(report["config"]["serving_lag_ms"]))
-    block = report["lagged"].get(lag)
-    if block is None or "solaris_engine" not in block["transfer_ratio"]:
-        return []
-
-    def cell(name: str) -> str:
-        lo, hi = block["transfer_ratio_ci95"][name]
-        return f"{_fmt(block['transfer_ratio'][name], 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
-
-    distilled = (  # absent from reports written before the diagnostic existed
-        f"; engine-built and distilled (vm_solaris_engine_kd) {cell('solaris_engine_kd')}"
-        if "solaris_engine_kd" in block["transfer_ratio"]
-        else ""
-    )
-    return [
-        "",
-        f"Served mix at Δ = {lag}: engine-built tiers (vm_solaris_engine) "
-        f"{cell('solaris_engine')}, offline construction {cell('solaris_served')}, "
-        f"exact tier {cell('solaris')}; engine-built with every input missing "
-        f"{cell('solaris_engine_missing')}{distilled}.",
-    ]
-
-
-def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
-    h_lo, h_hi = bar["headroom_closure_ci95"]
-    d_lo, d_hi = bar["ne_kd_minus_served_ci95"]
-    return (
-        f"Against tuned KD ({report.get('vm_baseline', 'id-only')} VM baseline; served = "
-        f"{bar['served_model']}, {bar['served_is']}): TR served {_fmt(bar['tr_served'], 3)}, "
-        f"TR kd {_fmt(bar['tr_kd'], 3)}, headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
-        f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]; NE(kd) − NE(served) = "
-        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)" + _gain_note(bar)
-    )
-
-
-def _gain_note(bar: dict[str, Any]) -> str:
-    verdict = bar.get("fm_gain", "positive")
-    if verdict == "positive":
-        return "."
-    return f"; the FM's gain over the VM is {verdict}: read NE differences, not ratios."
-
-
-def _bar_lines(report: dict[str, Any]) -> list[str]:
-    """Issue 22's bar: headroom closure over tuned KD, and the weak-baseline comparison."""
-    if "beats_kd" not in report:  # reports written before the bar existed
-        return []
-    lines = [""] + [
-        _bar_line(report, report[name])
-        for name in ("beats_kd", "beats_kd_state_tier")
-        if name in report
-    ]
-    deg = report.get("degradation")
-    if deg is not None:
-        lo, hi = deg["ci95"]
-        lines.append(
-            f"Every input unavailable, a store outage ({deg['model']}): NE − NE(vm) = "
-            f"{_fmt(deg['ne_missing_minus_vm'])} [{_fmt(lo)}, {_fmt(hi)}] (paired): "
-            + ("no worse than the VM." if deg["holds"] else "worse than the VM.")
-        )
-        tier = deg.get("missing_tier")
-        if tier is not None:
-            t_lo, t_hi = tier["ci95"]
-            lines.append(
-                f"Every row on the missing tier, nothing stored ({tier['model']}): NE − NE(vm) "
-                f"= {_fmt(tier['ne_minus_vm'])} [{_fmt(t_lo)}, {_fmt(t_hi)}] (paired)."
-            )
-    vs = report.get("vs_id_only")
-    if vs is not None:
-        trs = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in vs["transfer_ratio"].items())
-        lines.append(
-            f"Against the id-only VM (NE {_fmt(report['models']['vm_id_only']['ne'])}; the fair "
-            f"VM's features alone gain {_fmt(vs['fair_vm_gain']['ne'])} NE): {trs}."
-        )
-    return lines
-
-
 def _base(key: str) -> str:
     return key.split("@", 1)[0]
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
-    if x is None or not np.isfinite(x):
-        return "–"
-    return f"{x:.{digits}f}"
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """Two Markdown tables: models at Δ = 0, and transfer ratios by lag."""
-    n = report["seeds"]
-    lines = [
-        f"### {report['dataset']}: test NE / AUC ({n} seeds, mean ± std; 95 % user-bootstrap CI)",
-        "",
-    ]
-    if report.get("transfer_defined") is False:
-        lines += [f"**TRANSFER UNDEFINED**: {report['transfer_undefined_reason']}.", ""]
-    lines += [
-        "| model | logloss | NE | NE 95% CI | AUC | TR |",
-        "|---|---|---|---|---|---|",
-    ]
-    tr_of = {
-        TR_MODELS[k].format(lag="0").removesuffix("@0"): v
-        for k, v in report["transfer_ratio"].items()
-    }
-    for name, m in report["models"].items():
-        lo, hi = m["ne_ci95"]
-        tr = tr_of.get(name)
-        lines.append(
-            f"| {name} | {_fmt(m['logloss'])} | {_fmt(m['ne'])} ± {_fmt(m['ne_std'])} | "
-            f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(m['auc'])} ± {_fmt(m['auc_std'])} | "
-            f"{_fmt(tr, 3) if tr is not None else ''} |"
-        )
-    lines += [
-        "",
-        "Transfer ratio TR = (NE_vm − NE_x) / (NE_vm − NE_fm) by FM-input lag Δ "
-        "(mean ± std over seeds [95 % CI]):",
-        "",
-        "| Δ | solaris (exact) | fm_logit | solaris (aggregate) | solaris (served mix) "
-        "| score tiers (served mix) | kd |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    blocks = {"0": report, **report["lagged"]}
-    for lag, block in blocks.items():
-        cells = []
-        for name in TABLE_TR:
-            tr = block["transfer_ratio"].get(name)
-            std = block["transfer_ratio_std"].get(name)
-            lo, hi = block["transfer_ratio_ci95"].get(name, [float("nan")] * 2)
-            cells.append(f"{_fmt(tr, 3)} ± {_fmt(std, 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
-        kd = _fmt(report["transfer_ratio"].get("kd"), 3)
-        lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
-    lines += _engine_lines(report)
-    lines += _bar_lines(report)
-    secs = report["training_seconds"]
-    lines += [
-        "",
-        "served mix = test tiers drawn at the training mix "
-        f"{tuple(report['config']['tier_rates'])} (exact, aggregate, neighbour_item, neighbour_aggregate, missing), "
-        "falling through when a tier has no value; score tiers = the same pipeline carrying the "
-        "FM's logit instead of its embedding.",
-    ]
-    lines += [
-        "",
-        f"Training time: {secs['total']:.0f} s for {n} seeds "
-        f"(FM {np.mean(secs['fm_per_seed']):.0f} s per seed).",
-    ]
-    return "\n".join(lines)
