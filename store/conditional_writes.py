@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import redis
 
+from store.redis_writes import send_packed_many
+
 #: offset of the int64 event time in pair and aggregate values (after format, dtype, dim), then
 #: of the uint32 model version tag
 EVENT_TIME_OFFSET = 4
@@ -94,22 +96,5 @@ def write_newer_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], 
 
 
 def _send(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> int:
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    skipped = 0
-    first_error: redis.ResponseError | None = None
-    try:
-        conn.send_packed_command([pack_evalsha_many(items, ttl_ms)], check_health=False)
-        for _ in range(len(items)):  # read every reply: the connection stays in step
-            try:
-                skipped += conn.read_response(disable_decoding=True) == 0
-            except redis.ResponseError as exc:
-                first_error = first_error or exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-    if first_error is not None:
-        raise first_error
-    return skipped
+    replies = send_packed_many(client, pack_evalsha_many(items, ttl_ms), len(items))
+    return sum(1 for written in replies if written == 0)

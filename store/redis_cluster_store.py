@@ -37,10 +37,11 @@ from redis.exceptions import MovedError, RedisClusterException
 from redis.retry import Retry
 
 from store.conditional_writes import NEWER_OR_EQUAL_LUA
-from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
+from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
+from store.redis_writes import redis_write_errors
 from store.urls import redact_url
 
 _WRITE_TIMEOUT_S = 5.0
@@ -171,38 +172,22 @@ class RedisClusterStore(KeyedWrites):
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
         if not items:
             return
-        try:
+        with redis_write_errors("redis cluster", len(items), _CLIENT_ERRORS):
             pipe = self._writer_client().pipeline()
             for key, value in items:
                 pipe.set(key, value, px=ttl_ms)
             pipe.execute()
-        except redis.TimeoutError as exc:
-            raise StoreTimeout(
-                f"redis cluster write of {len(items)} keys timed out: {exc}"
-            ) from exc
-        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
-            raise StoreRefused(f"redis cluster refused the write: {exc}") from exc
-        except _CLIENT_ERRORS as exc:
-            raise StoreUnavailable(f"redis cluster write failed: {exc}") from exc
 
     def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
         """The compare-and-set script per key; ``EVAL`` (not ``EVALSHA``): every primary may
         lack a cached script (failover, new node), and Redis caches it on first use anyway."""
         if not items:
             return 0
-        try:
+        with redis_write_errors("redis cluster", len(items), _CLIENT_ERRORS):
             pipe = self._writer_client().pipeline()
             for key, value in items:
                 pipe.execute_command("EVAL", NEWER_OR_EQUAL_LUA, 1, key, value, ttl_ms)
             return sum(1 for written in pipe.execute() if written == 0)
-        except redis.TimeoutError as exc:
-            raise StoreTimeout(
-                f"redis cluster write of {len(items)} keys timed out: {exc}"
-            ) from exc
-        except redis.ResponseError as exc:
-            raise StoreRefused(f"redis cluster refused the write: {exc}") from exc
-        except _CLIENT_ERRORS as exc:
-            raise StoreUnavailable(f"redis cluster write failed: {exc}") from exc
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

@@ -26,12 +26,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from store.conditional_writes import write_newer_many
-from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
+from store.errors import StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch, ReadResult
 from store.redis_pool import ReadPool, mget_header, pack_headed_keys, pack_keys
-from store.redis_writes import set_px_many
+from store.redis_writes import redis_write_errors, set_px_many
 
 _WRITE_TIMEOUT_S = 5.0
 #: read connections: one per reading thread is enough; spares cover the ones being repaired
@@ -82,26 +82,14 @@ class RedisStore(KeyedWrites):
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
         if not items:
             return
-        try:
+        with redis_write_errors("redis", len(items)):
             set_px_many(self._writer, items, ttl_ms)
-        except redis.TimeoutError as exc:
-            raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
-        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
-            raise StoreRefused(f"redis refused the write: {exc}") from exc
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"redis write failed: {exc}") from exc
 
     def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
         if not items:
             return 0
-        try:
+        with redis_write_errors("redis", len(items)):
             return write_newer_many(self._writer, items, ttl_ms)
-        except redis.TimeoutError as exc:
-            raise StoreTimeout(f"redis write of {len(items)} keys timed out: {exc}") from exc
-        except redis.ResponseError as exc:  # an error reply: NOPERM, WRONGTYPE, OOM, READONLY
-            raise StoreRefused(f"redis refused the write: {exc}") from exc
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"redis write failed: {exc}") from exc
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

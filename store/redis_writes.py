@@ -9,9 +9,12 @@ stay redis-py's (a pooled connection of the caller's client).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import redis
+
+from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 
 _SET_HEAD = b"*5\r\n$3\r\nSET\r\n"
 
@@ -28,23 +31,22 @@ def pack_set_px(items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> bytes:
     )
 
 
-def set_px_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
-    """Write every item with one packed send, then read one reply per item.
+def send_packed_many(client: redis.Redis, packed: bytes, replies: int) -> list[object]:
+    """Send ``packed`` (``replies`` RESP commands) on one pooled connection, read every reply.
 
     Every reply is read even after an error reply, so the connection stays in step; on any
     other failure (timeout, reset) the connection is dropped, since replies may be left unread.
     Raises the first error reply (``redis.ResponseError``) or the transport's error.
     """
-    if not items:
-        return
     pool = client.connection_pool
     conn = pool.get_connection()
+    out: list[object] = []
+    first_error: redis.ResponseError | None = None
     try:
-        conn.send_packed_command([pack_set_px(items, ttl_ms)], check_health=False)
-        first_error: redis.ResponseError | None = None
-        for _ in range(len(items)):
+        conn.send_packed_command([packed], check_health=False)
+        for _ in range(replies):
             try:
-                conn.read_response(disable_decoding=True)
+                out.append(conn.read_response(disable_decoding=True))
             except redis.ResponseError as exc:
                 first_error = first_error or exc
     except BaseException:
@@ -54,3 +56,28 @@ def set_px_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_m
         pool.release(conn)
     if first_error is not None:
         raise first_error
+    return out
+
+
+def set_px_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> None:
+    """Write every item with one packed send, then read one reply per item (see
+    :func:`send_packed_many` for errors)."""
+    if items:
+        send_packed_many(client, pack_set_px(items, ttl_ms), len(items))
+
+
+@contextmanager
+def redis_write_errors(
+    what: str, keys: int, transport: tuple[type[Exception], ...] = (redis.RedisError,)
+) -> Iterator[None]:
+    """Translate a Redis write's client errors: timeout → :class:`~store.errors.StoreTimeout`, an error
+    reply (NOPERM, WRONGTYPE, OOM, READONLY) → :class:`~store.errors.StoreRefused`, any other ``transport``
+    error → :class:`~store.errors.StoreUnavailable`. ``what`` names the backend in the message."""
+    try:
+        yield
+    except redis.TimeoutError as exc:
+        raise StoreTimeout(f"{what} write of {keys} keys timed out: {exc}") from exc
+    except redis.ResponseError as exc:
+        raise StoreRefused(f"{what} refused the write: {exc}") from exc
+    except transport as exc:
+        raise StoreUnavailable(f"{what} write failed: {exc}") from exc
