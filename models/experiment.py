@@ -25,9 +25,11 @@ import numpy as np
 
 from models.config import GridPoint, TrainConfig, lag_name
 from models.data.errors import OneClassLabels
-from models.features import OOV, HistoryIndex, Vocab, context_features
+from models.fallback_designs import LagViews, fallback_diagnostics
+from models.fallback_designs import state_lags as state_lags  # re-exported
+from models.features import HistoryIndex, Vocab, context_features
 from models.fm import FoundationModel
-from models.offline_tiers import item_neighbour_mean, user_similar_items_mean, user_window_mean
+from models.offline_tiers import item_neighbour_mean, user_window_mean
 from models.runtime import TIER_AGGREGATE, TIER_EXACT, TIER_MISSING, TIER_UNAVAILABLE
 from models.served import RowKeys, ServedTierSource, TrainedModels
 from models.split import TimeSplit, time_split
@@ -61,10 +63,6 @@ VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
 VM_SOLARIS_ENGINE_KD = VariantSpec("vm_solaris_engine_kd", embedding=True, kd=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
-#: item-aware fallback diagnostic (issue 22 item 3): the user's latest pairs looked at, and how
-#: many of the most similar items (FM item vectors) are averaged
-ITEM_AWARE_LAST_N = 50
-ITEM_AWARE_TOP_M = 5
 
 
 @dataclass(frozen=True)
@@ -128,89 +126,6 @@ class SeedRun:
     engine_coverage: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _LagViews:
-    logit: np.ndarray  # float32 [M] over B ∪ C rows
-    tiers: np.ndarray  # float32 [M, 3, d]
-    score_tiers: np.ndarray  # float32 [M, 3, 1]: the same tiers built from logits
-    available: np.ndarray  # bool [M, 3]
-
-
-@dataclass(frozen=True)
-class StateView:
-    """Design B's vector per B ∪ C row (the FM as of the user's previous request)."""
-
-    vectors: np.ndarray  # float32 [M, d]
-    has: np.ndarray  # bool [M]
-
-
-def state_lags(
-    index: HistoryIndex, users: np.ndarray, times_ms: np.ndarray, window_ms: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: how long ago the user's previous impression was (when a pipeline last computed
-    the user's state), and whether there is one within ``window_ms``; lag 0 where there is not.
-    The FM at that lag sees exactly the history known at that previous request."""
-    prev = index.gather(users, times_ms, 1)
-    since = np.asarray(times_ms, np.int64) - prev.times_ms[:, 0]
-    has = prev.mask[:, 0] & (since <= window_ms)
-    return np.where(has, since, 0).astype(np.int64), has
-
-
-def _fallback_diagnostics(
-    cfg: TrainConfig,
-    fm: FoundationModel,
-    fm_vocab: Vocab,
-    index: HistoryIndex,
-    bc: Examples,
-    view: _LagViews,
-    data: VMData,
-    sl_te: slice,
-    served: np.ndarray,
-    fit: Any,
-    spec: VariantSpec,
-    lag: str,
-) -> tuple[StateView, dict[str, np.ndarray]]:
-    """Issue 22 item 3: two item-aware designs for the rows without an exact pair, each put in
-    the aggregate slot (the plain aggregate where it has no value) and trained like
-    ``vm_solaris`` (same grid point). ``vm_solaris_<design>_aware`` scores every test row on
-    it (the analogue of ``vm_solaris_aggregate``), ``vm_solaris_<design>_served`` at the
-    served draw.
-
-    - ``item``: the similarity-weighted mean of the user's pairs for the items most similar
-      to the candidate (``user_similar_items_mean``, FM item vectors);
-    - ``state``: a user state stored at the user's previous request (the FM's history encoding
-      as of then) decoded for the candidate by the FM's own head: the FM's output for this
-      item with the history known at that request. The upper bound of a learned decoder.
-    """
-    idx = fm_vocab.lookup(bc.item)
-    table = fm.item.weight.detach().cpu().numpy().astype(np.float32)
-    item_vecs = np.where((idx == OOV)[:, None], 0.0, table[idx]).astype(np.float32)
-    item_mean, n_item = user_similar_items_mean(
-        bc.user,
-        bc.time_ms,
-        item_vecs,
-        view.tiers[:, 0],
-        cfg.aggregate_window_ms,
-        ITEM_AWARE_LAST_N,
-        ITEM_AWARE_TOP_M,
-    )
-    state_lag, has_state = state_lags(index, bc.user, bc.time_ms, cfg.aggregate_window_ms)
-    state_emb, _ = predict_fm(fm, fm_batch_inputs(fm_vocab, index, bc, state_lag, cfg.history_len))
-    out: dict[str, np.ndarray] = {}
-    for design, vectors, has in (("item", item_mean, n_item > 0), ("state", state_emb, has_state)):
-        tiers = view.tiers.copy()
-        tiers[:, 1] = np.where(has[:, None], vectors, tiers[:, 1])
-        available = view.available.copy()
-        available[:, 1] |= has
-        design_data = replace(data, tier_embeddings=tiers, tier_available=available)
-        model = fit(spec, f"vm_solaris_{design}@{lag}", design_data, family_key="vm_solaris@0")
-        test = design_data.take(np.arange(len(bc))[sl_te])
-        agg = np.where(available[sl_te, 1], TIER_AGGREGATE, TIER_MISSING).astype(np.int64)
-        out[f"vm_solaris_{design}_aware@{lag}"] = predict_vm(model, spec, test, agg)
-        out[f"vm_solaris_{design}_served@{lag}"] = predict_vm(model, spec, test, served)
-    return StateView(state_emb, has_state), out
-
-
 def _task_fm_probs(
     cfg: TrainConfig,
     imps: Impressions,
@@ -250,7 +165,7 @@ def _lag_views(
     index: HistoryIndex,
     ex: Examples,
     lag_ms: int,
-) -> _LagViews:
+) -> LagViews:
     lags = np.full(len(ex), lag_ms, dtype=np.int64)
     emb, logit = predict_fm(fm, fm_batch_inputs(vocab, index, ex, lags, cfg.history_len))
     both = np.concatenate([emb, logit[:, None]], axis=1)  # one pass for vectors and scores
@@ -260,7 +175,7 @@ def _lag_views(
     )
     tiers = np.stack([both, agg, nb], axis=1)
     available = np.stack([np.ones(len(ex), bool), agg_n > 0, nb_n > 0], axis=1)
-    return _LagViews(logit, tiers[:, :, :-1], tiers[:, :, -1:], available)
+    return LagViews(logit, tiers[:, :, :-1], tiers[:, :, -1:], available)
 
 
 def require_both_labels(labels: np.ndarray, parts: dict[str, np.ndarray]) -> None:
@@ -428,7 +343,7 @@ def run_seed(
                 )
                 probs[f"vm_solaris_served@{name}"] = predict_vm(m, spec, test, served)
         if lag == cfg.serving_lag_ms:
-            state, diagnostics = _fallback_diagnostics(
+            state, diagnostics = fallback_diagnostics(
                 cfg,
                 fm,
                 fm_vocab,
