@@ -403,6 +403,17 @@ class Settings(BaseSettings):
         description="Trained model bundle to serve; unset = the only bundle under model_dir "
         "(several there and none pinned is an error: every process must serve the same one).",
     )
+    bundle_url: str = Field(
+        "",
+        description="http(s) URL of a bundle archive (`solaris models pack`) that `solaris models "
+        "fetch` downloads into model_dir, e.g. in a Kubernetes init container; empty = none.",
+    )
+    bundle_sha256: str = Field(
+        "",
+        pattern=r"^([0-9a-fA-F]{64})?$",
+        description="SHA-256 (hex) the archive at bundle_url must have (`solaris models pack` "
+        "prints it); `solaris models fetch` refuses any other archive.",
+    )
 
     # --- limits ----------------------------------------------------------------------------------
     max_candidates: int = Field(1_000, gt=0, description="Largest accepted candidate list.")

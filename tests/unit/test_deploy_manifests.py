@@ -72,7 +72,6 @@ def test_k8s_manifests_pass_strict_schema_validation(version: str) -> None:
         "StatefulSet",
         "Deployment",
         "Service",
-        "PersistentVolumeClaim",
     }
     for path, doc in docs:
         try:
@@ -250,9 +249,9 @@ def _deployment_envs() -> dict[str, dict[str, str]]:
                 envs[f"{path.name}:{name}"] = {**image, **env}
     config = _configmap()
     for name, spec in _pod_specs():
-        for c in spec["containers"]:
+        for c in spec.get("initContainers", []) + spec["containers"]:
             env = {e["name"]: e["value"] for e in c.get("env", [])}
-            envs[f"k8s:{name}"] = {**image, **config, **env}
+            envs[f"k8s:{name}/{c['name']}"] = {**image, **config, **env}
     return envs
 
 
@@ -286,8 +285,8 @@ def _command_lines() -> dict[str, list[str]]:
         if name in SOLARIS_SERVICES:
             lines[f"compose:{name}"] = list(svc["command"])
     for name, spec in _pod_specs():
-        for c in spec["containers"]:
-            lines[f"k8s:{name}"] = list(c["args"])
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            lines[f"k8s:{name}/{c['name']}"] = list(c["args"])
     return lines
 
 
@@ -296,12 +295,15 @@ def test_command_lines_parse_with_the_real_cli() -> None:
 
     from streams.cli.main import app
 
-    group = typer.main.get_command(app)  # typer's own click: no isinstance on click.Group
+    root = typer.main.get_command(app)  # typer's own click: no isinstance on click.Group
     for where, args in _command_lines().items():
-        command = group.get_command(group.make_context("solaris", [args[0]]), args[0])  # type: ignore[attr-defined]
-        assert command is not None, f"{where}: no command {args[0]!r}"
+        command, rest = root, list(args)
+        while hasattr(command, "get_command") and rest:  # down sub-groups (`models fetch`)
+            name, rest = rest[0], rest[1:]
+            command = command.get_command(command.make_context(name, [name]), name)
+            assert command is not None, f"{where}: no command {name!r}"
         try:
-            command.make_context(args[0], args[1:])
+            command.make_context(args[0], rest)
         except Exception as exc:  # typer's click raises its own UsageError family
             pytest.fail(f"{where}: {exc}", pytrace=False)
 

@@ -87,3 +87,34 @@ def test_disruption_budgets_select_the_workloads_they_protect() -> None:
         assert len(matched) == 1, (pdb["metadata"]["name"], matched)
         covered.update(matched)
     assert covered == {"solaris-pipeline", "solaris-fm", "solaris-ranker"}
+
+
+def test_pods_that_load_a_bundle_fetch_it_first_into_their_models_volume() -> None:
+    """Model delivery that works on a cluster: every pod whose main container mounts `models`
+    runs `solaris models fetch` first (same image, the ConfigMap and the optional Secret) into
+    that volume, an emptyDir of the pod (no claim that nothing fills)."""
+    docs = _render(K8S)
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    assert {"SOLARIS_BUNDLE_URL", "SOLARIS_BUNDLE_SHA256"} <= config.keys()
+    fetching = set()
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        (main,) = spec["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in main.get("volumeMounts", [])}
+        if "models" not in mounts:
+            assert not spec.get("initContainers"), doc["metadata"]["name"]
+            continue
+        assert mounts["models"] == config["SOLARIS_MODEL_DIR"]
+        (init,) = spec["initContainers"]
+        assert init["args"] == ["models", "fetch"] and init["image"] == main["image"]
+        assert init["envFrom"] == main["envFrom"]
+        assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {
+            "models": config["SOLARIS_MODEL_DIR"]
+        }
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "models"]
+        assert "emptyDir" in volume
+        fetching.add(doc["metadata"]["name"])
+    assert fetching == {"solaris-pipeline", "solaris-fm", "solaris-ranker"}
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
