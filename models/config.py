@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "7"  # 7: missing tier routed to the frozen vm when validation says so;  6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
+CODE_VERSION = "8"  # 8: state tier code 4 (missing 5); 7: missing tier routed to the frozen vm when validation says so;  6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -114,7 +114,7 @@ class TrainConfig:
     # measured 0.36/0.70 (MovieLens) and 0.26/0.36 (Taobao). A tier that has no value for a pair
     # falls through to the next one; the offline construction has no neighbour aggregates. The
     # engine-built training (models.served) uses the mix the engine serves instead.
-    tier_rates: tuple[float, float, float, float, float] = (0.4, 0.35, 0.1, 0.0, 0.15)
+    tier_rates: tuple[float, float, float, float, float, float] = (0.4, 0.35, 0.1, 0.0, 0.0, 0.15)
     vm_emb_proj_dim: int = 32  # vm_solaris: the embedding enters the MLP through this projection
     vm_exact_weight: float = 1.0  # vm_solaris: extra loss of every row scored as "exact"
     vm_missing_weight: float = 0.5  # vm_solaris: extra loss of every row scored as "missing"

@@ -145,7 +145,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         "served mix = test tiers drawn at the training mix "
-        f"{tuple(report['config']['tier_rates'])} (exact, aggregate, neighbour_item, neighbour_aggregate, missing), "
+        f"{tuple(report['config']['tier_rates'])} (exact, aggregate, neighbour_item, neighbour_aggregate, state, missing), "
         "falling through when a tier has no value; score tiers = the same pipeline carrying the "
         "FM's logit instead of its embedding.",
     ]

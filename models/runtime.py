@@ -8,7 +8,7 @@ ranker's VM reading FM embeddings with their tier. Feature code is shared with t
 Tier codes (the one-hot input of ``vm_solaris``) are plain ints here so this module depends on
 nothing of the store; ``store.tiers.Tier`` uses the same numbering:
 ``TIER_EXACT = 0``, ``TIER_AGGREGATE = 1``, ``TIER_NEIGHBOUR_ITEM = 2``,
-``TIER_NEIGHBOUR_AGGREGATE = 3``, ``TIER_MISSING = 4``.
+``TIER_NEIGHBOUR_AGGREGATE = 3``, ``TIER_STATE = 4``, ``TIER_MISSING = 5``.
 
 Runners are thread-compatible, not thread-safe: give each worker thread its own (onnxruntime
 sessions themselves may be shared, but the runners keep no state besides them anyway). Calls block
@@ -38,8 +38,10 @@ TIER_EXACT = 0
 TIER_AGGREGATE = 1
 TIER_NEIGHBOUR_ITEM = 2
 TIER_NEIGHBOUR_AGGREGATE = 3
-TIER_MISSING = 4
-N_TIERS = 5
+#: the user's stored FM state decoded for the item (issue 22's state tier; served after exact)
+TIER_STATE = 4
+TIER_MISSING = 5
+N_TIERS = 6
 #: a scorer-only code, not a served tier: the store could not be read (timeout, outage), so
 #: nothing is known about this row. A ``vm_solaris`` built with a baseline VM
 #: (``baseline_on_unavailable`` in its metadata) scores such rows exactly as that VM; to
@@ -51,6 +53,7 @@ TIER_NAMES: tuple[str, ...] = (
     "aggregate",
     "neighbour_item",
     "neighbour_aggregate",
+    "state",
     "missing",
 )
 

@@ -102,7 +102,9 @@ def sample_tiers(
     """
     n = available.shape[0]
     tier = np.asarray(rng.choice(N_TIERS, size=n, p=np.asarray(rates) / np.sum(rates)))
-    for t in range(N_TIERS - 1):  # exact → aggregate → neighbour_item → neighbour_agg → missing
+    for t in range(
+        N_TIERS - 1
+    ):  # exact → aggregate → neighbour_item → neighbour_agg → state → missing
         have = available[:, t] if t < available.shape[1] else np.zeros(n, bool)
         tier = np.where((tier == t) & ~have, t + 1, tier)
     return tier.astype(np.int64)

@@ -196,6 +196,12 @@ class AerospikeStore:
             [(self._key("hist", str(user)), value) for user, value in histories.items()], ttl_ms
         )
 
+    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
+        """Unconditional, like every Aerospike write (conditional writes: Redis and memory)."""
+        self._write_values(
+            [(self._key("st", str(user)), value) for user, value in states.items()], ttl_ms
+        )
+
     def _batch_read(
         self, keys: list[Key], bins: list[str], timeout_ms: float, max_retries: int
     ) -> list[dict[str, Any] | None]:
@@ -218,6 +224,7 @@ class AerospikeStore:
         keys += [self._key("agg", str(u)) for u in batch.aggregates]
         keys += [self._key("nb", str(u)) for u in batch.neighbours]
         keys += [self._key("hist", str(u)) for u in batch.histories]
+        keys += [self._key("st", str(u)) for u in batch.states]
         if not keys:
             return ReadResult()
         self.round_trips += 1

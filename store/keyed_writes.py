@@ -13,7 +13,7 @@ from store.values import encode_aggregate, encode_neighbours, encode_pairs
 
 
 class KeyedWrites:
-    """Mixin: ``write_pairs``/``_aggregates``/``_neighbours``/``_histories`` through ``_write``."""
+    """Mixin: ``write_pairs``/``_aggregates``/``_neighbours``/``_histories``/``_states``."""
 
     layout: KeyLayout
 
@@ -43,3 +43,9 @@ class KeyedWrites:
     def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
         h = self.layout.history
         self._write([(h(user), value) for user, value in histories.items()], ttl_ms)
+
+    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
+        st = self.layout.state
+        self.stale_skipped += self._write_newer(
+            [(st(user), value) for user, value in states.items()], ttl_ms
+        )

@@ -58,6 +58,10 @@ class KeyLayout:
     def history(self, user_id: int) -> bytes:
         return f"{self.prefix}:{{u{user_id}}}:h".encode()
 
+    def state(self, user_id: int) -> bytes:
+        """The user's FM state (the state tier: decoded for any candidate by the ranker)."""
+        return f"{self.prefix}:{{u{user_id}}}:st".encode()
+
 
 class PairGrid(Sequence[tuple[int, int]]):
     """Every ``(user, item)`` of ``users`` x ``items``, user-major, without building the tuples.

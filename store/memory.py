@@ -76,6 +76,10 @@ class InMemoryStore:
         h = self.layout.history
         self._put_many([(h(user), value) for user, value in histories.items()], ttl_ms)
 
+    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
+        st = self.layout.state
+        self._put_newer([(st(user), value) for user, value in states.items()], ttl_ms)
+
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         del timeout_ms  # in-process reads cannot block
         self.round_trips += 1
@@ -86,6 +90,7 @@ class InMemoryStore:
             aggregates=[self._get(lay.aggregate(u), now) for u in batch.aggregates],
             neighbours=[self._get(lay.neighbours(u), now) for u in batch.neighbours],
             histories=[self._get(lay.history(u), now) for u in batch.histories],
+            states=[self._get(lay.state(u), now) for u in batch.states],
         )
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:

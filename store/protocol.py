@@ -11,16 +11,24 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
-    """Everything one round trip fetches: pair keys, aggregate users, neighbour-list users and
-    history users (a fair VM's streaming features), in that order."""
+    """Everything one round trip fetches: pair keys, aggregate users, neighbour-list users,
+    history users (a fair VM's streaming features) and state users (the state tier), in that
+    order."""
 
     pairs: Sequence[tuple[int, int]] = ()
     aggregates: Sequence[int] = ()
     neighbours: Sequence[int] = ()
     histories: Sequence[int] = ()
+    states: Sequence[int] = ()
 
     def size(self) -> int:
-        return len(self.pairs) + len(self.aggregates) + len(self.neighbours) + len(self.histories)
+        return (
+            len(self.pairs)
+            + len(self.aggregates)
+            + len(self.neighbours)
+            + len(self.histories)
+            + len(self.states)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +43,22 @@ class ReadResult:
     aggregates: list[bytes | None] = field(default_factory=list)
     neighbours: list[bytes | None] = field(default_factory=list)
     histories: list[bytes | None] = field(default_factory=list)
+    states: list[bytes | None] = field(default_factory=list)
 
     @classmethod
     def split(cls, batch: ReadBatch, values: list[bytes | None]) -> ReadResult:
-        """Cut one flat list of values, in :class:`ReadBatch` order, into its four parts."""
+        """Cut one flat list of values, in :class:`ReadBatch` order, into its five parts."""
         a = len(batch.pairs)
         b = a + len(batch.aggregates)
         c = b + len(batch.neighbours)
-        return cls(values[:a], values[a:b], values[b:c], values[c:])
+        d = c + len(batch.histories)
+        return cls(values[:a], values[a:b], values[b:c], values[c:d], values[d:])
 
 
 @runtime_checkable
 class FeatureStore(Protocol):
-    """A keyed store of pair embeddings, user aggregates, neighbour lists and user histories.
+    """A keyed store of pair embeddings, user aggregates, neighbour lists, user histories and
+    user states.
 
     Contract (all backends):
     - Writes are blocking, idempotent by key (last write wins) and set a physical TTL; a batch
@@ -67,6 +78,11 @@ class FeatureStore(Protocol):
 
     def write_histories(self, histories: Mapping[int, bytes], ttl_ms: int) -> None:
         """Users' encoded histories (:func:`store.history_values.encode_history`) by user id."""
+        ...
+
+    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
+        """Users' encoded FM states (:func:`store.values.encode_state`) by user id; a value is
+        replaced only by one of an equal or newer event time (same rule as pairs)."""
         ...
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult: ...

@@ -1,6 +1,7 @@
 """The ranker's read API: per candidate, the best fresh tier in at most two store round trips.
 
-Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> user aggregate ->
+Tiers, in order (see :class:`store.tiers.Tier`): exact pair -> the user's FM *state* decoded
+for the candidate (only with a :class:`StateDecoder`; item-aware, issue 22) -> user aggregate ->
 *neighbour_item* (similarity-weighted mean of the neighbours' embedding of that item) ->
 *neighbour_aggregate* (of their aggregates: item-blind) -> missing (zeros). A stored value serves a request only if it was produced from an *earlier*
 event (``value.event_time_ms < request event_time_ms``) and is within its TTL at the request's
@@ -72,6 +73,22 @@ class ColdStartIndex(Protocol):
         ...
 
 
+class StateDecoder(Protocol):
+    """Rebuilds the FM's interaction embedding of any candidate from a stored user state
+    (``models.runtime.StateRunner``: the FM's own head over the state). In-process, blocking,
+    batched; runs inside the lookup's deadline."""
+
+    @property
+    def width(self) -> int:
+        """Floats per stored state."""
+        ...
+
+    def decode(self, item_ids: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(embeddings float32 [n, dim], logits float32 [n])`` of ``item_ids`` [n] from
+        ``states`` float32 [n, width]."""
+        ...
+
+
 @runtime_checkable
 class Warmable(Protocol):
     """A store that opens its read connections ahead of the first read (e.g. Redis)."""
@@ -89,10 +106,13 @@ class FeatureReader:
         store: FeatureStore,
         config: ReaderConfig,
         cold_start: ColdStartIndex | None = None,
+        states: StateDecoder | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.cold_start = cold_start
+        #: with a decoder, round 1 also reads the user's state and serves the state tier
+        self.states = states
         self.stats = ReaderStats()
         #: user -> the neighbours its last lookup read, least recently used first
         self._hints: OrderedDict[int, tuple[int, ...]] = OrderedDict()
@@ -225,6 +245,7 @@ class FeatureReader:
                 aggregates=(user, *hint),
                 neighbours=(user,),
                 histories=(user,) if history is not None else (),
+                states=(user,) if self.states is not None else (),
             ),
             timeout_ms=budget,
         )
@@ -235,6 +256,9 @@ class FeatureReader:
             return False
         rest = self._fill_exact(res.pairs[:n] if hint_pairs else res.pairs, t, out)
         if not rest.any():
+            return False
+        if res.states and self._fill_state(res.states[0], items, rest, t, out):
+            self._hints.pop(user, None)
             return False
         agg = self._fresh_one(res.aggregates[0], t, cfg.aggregate_ttl_ms)
         if agg is not None:
@@ -271,6 +295,35 @@ class FeatureReader:
         self._remember(user, users)
         return False
 
+    def _fill_state(
+        self, raw: bytes | None, items: list[int], rest: np.ndarray, t: int, out: Lookup
+    ) -> bool:
+        """Serve every candidate in ``rest`` the user's fresh state decoded for it; True if it
+        did. A state of another width or model, or a failed or non-finite decode, falls
+        through to the next tier (counted: ``state_decode_errors``)."""
+        decoder = self.states
+        if raw is None or decoder is None:
+            return False
+        state = self._fresh_one(raw, t, self.config.state_ttl_ms, decoder.width)
+        if state is None:
+            return False
+        idx = np.flatnonzero(rest)
+        try:
+            vectors, _ = decoder.decode(
+                np.asarray(items, np.int64)[idx], np.tile(state.array(), (len(idx), 1))
+            )
+        except Exception:  # a model fault must not fail the request: the next tier serves
+            self.stats.state_decode_errors += 1
+            log.exception("state decode failed; serving the next tier")
+            return False
+        if vectors.shape != (len(idx), self.config.dim) or not np.isfinite(vectors).all():
+            self.stats.state_decode_errors += 1
+            return False
+        out.vectors[idx] = vectors
+        out.tiers[idx] = Tier.STATE
+        out.ages_ms[idx] = t - state.event_time_ms
+        return True
+
     def _remember(self, user: int, neighbours: tuple[int, ...]) -> None:
         if self.config.neighbour_hints <= 0:
             return
@@ -289,16 +342,19 @@ class FeatureReader:
             self.stats.corrupt_values += 1
             return StoredHistory.empty()
 
-    def _fresh_one(self, raw: bytes | None, t: int, ttl: int) -> StoredVector | None:
-        """One value (the user's aggregate), if valid and fresh: :meth:`_fresh` and
-        :func:`~store.batch_decode.decode_many`'s checks, without a batch's fixed costs."""
+    def _fresh_one(
+        self, raw: bytes | None, t: int, ttl: int, dim: int | None = None
+    ) -> StoredVector | None:
+        """One value (the user's aggregate, or state of width ``dim``), if valid and fresh:
+        :meth:`_fresh` and :func:`~store.batch_decode.decode_many`'s checks, without a
+        batch's fixed costs."""
         if raw is None:
             return None
         try:
             value = decode_vector(raw)
         except CorruptValue:
             value = None
-        if value is None or value.dim != self.config.dim:
+        if value is None or value.dim != (self.config.dim if dim is None else dim):
             self.stats.corrupt_values += 1
             return None
         tag = self.config.version_tag

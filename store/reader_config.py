@@ -23,6 +23,8 @@ class ReaderConfig:
     #: embedding, so older values still beat "missing" (the VM sees the tier)
     neighbour_aggregate_ttl_ms: int
     neighbour_ttl_ms: int
+    #: max age of a user's stored FM state served by the state tier (with a decoder)
+    state_ttl_ms: int
     deadline_ms: float
     #: neighbours used per request (best first)
     max_neighbours: int
@@ -55,4 +57,6 @@ class ReaderStats:
     cold_start_queries: int = 0
     #: lookups whose neighbour values came with round 1 (a hint matched): no second round trip
     hinted_neighbour_reads: int = 0
+    #: state-tier decodes that failed or gave non-finite vectors (the next tier served)
+    state_decode_errors: int = 0
     tiers: np.ndarray = field(default_factory=lambda: np.zeros(len(Tier), dtype=np.int64))

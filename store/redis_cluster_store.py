@@ -64,6 +64,7 @@ def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
     keys.extend(layout.aggregate(u) for u in batch.aggregates)
     keys.extend(layout.neighbours(u) for u in batch.neighbours)
     keys.extend(layout.history(u) for u in batch.histories)
+    keys.extend(layout.state(u) for u in batch.states)
     return keys
 
 
@@ -88,6 +89,7 @@ def batch_slots(layout: KeyLayout, batch: ReadBatch) -> list[int]:
     slots.extend(slot(u) for u in batch.aggregates)
     slots.extend(slot(u) for u in batch.neighbours)
     slots.extend(slot(u) for u in batch.histories)
+    slots.extend(slot(u) for u in batch.states)
     return slots
 
 

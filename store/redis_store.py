@@ -131,6 +131,7 @@ class RedisStore(KeyedWrites):
         keys.extend(lay.aggregate(u) for u in batch.aggregates)
         keys.extend(lay.neighbours(u) for u in batch.neighbours)
         keys.extend(lay.history(u) for u in batch.histories)
+        keys.extend(lay.state(u) for u in batch.states)
         return keys
 
     def _pack(self, batch: ReadBatch) -> bytes:
@@ -144,6 +145,7 @@ class RedisStore(KeyedWrites):
         parts.append(pack_keys([lay.aggregate(u) for u in batch.aggregates]))
         parts.append(pack_keys([lay.neighbours(u) for u in batch.neighbours]))
         parts.append(pack_keys([lay.history(u) for u in batch.histories]))
+        parts.append(pack_keys([lay.state(u) for u in batch.states]))
         return b"".join(parts)
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:

@@ -31,7 +31,7 @@ import numpy as np
 
 from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
-from schemas.vectors import VectorDtype
+from schemas.vectors import VectorDtype, to_bytes
 from store.errors import CorruptValue
 
 #: Bumped on any layout change: values of another version are corrupt, never misread.
@@ -120,6 +120,23 @@ def encode_pairs(recs: Sequence[PairEmbedding]) -> list[bytes]:
         body = pack(FORMAT_PAIR, code, r.dim, r.event_time_ms, tag) + r.vector
         out.append(body + seal(crc(body)))
     return out
+
+
+def encode_state(
+    event_time_ms: int, model_version: str, state: np.ndarray, dtype: VectorDtype
+) -> bytes:
+    """A user's FM state (the state tier) in the pair value layout: the same header, so the
+    conditional write (event time, version tag) and the reader's checks apply unchanged; it
+    is told apart by its key and its width, not its format."""
+    vector = to_bytes(np.asarray(state, np.float32), dtype)
+    head = _HEAD.pack(
+        FORMAT_PAIR,
+        _DTYPE_CODE[dtype.value],
+        int(state.shape[-1]),
+        int(event_time_ms),
+        version_tag(model_version),
+    )
+    return _seal(head + vector)
 
 
 def encode_aggregate(rec: UserAggregate) -> bytes:

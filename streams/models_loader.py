@@ -57,7 +57,8 @@ def only_bundle(model_dir: Path) -> Path:
 
 
 def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[EngineModels, Path]:
-    """The bundle's FM, VM, vm_solaris and item vectors: ``bundle_dir``, else
+    """The bundle's FM, VM, vm_solaris, item vectors and (``settings.state_tier``) split FM:
+    ``bundle_dir``, else
     ``settings.bundle_dir``, else the only bundle under ``model_dir`` (:func:`only_bundle`)."""
     from models.bundle import load_bundle
 
@@ -77,4 +78,10 @@ def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[Eng
             "provider": bundle.fm.session.provider,
         },
     )
-    return EngineModels(bundle.fm, bundle.vm, bundle.solaris, items), path
+    state = bundle.state if settings.state_tier else None
+    if settings.state_tier and state is None:
+        log.warning(
+            "bundle has no fm_state.onnx/fm_decode.onnx: state tier disabled",
+            extra={"bundle": str(path)},
+        )
+    return EngineModels(bundle.fm, bundle.vm, bundle.solaris, items, state), path

@@ -215,6 +215,15 @@ class Settings(BaseSettings):
         description="Max age of a neighbour's aggregate in the neighbour tier.",
     )
     neighbour_ttl_ms: int = Field(24 * HOUR_MS, gt=0, description="Freshness TTL of neighbours.")
+    state_tier: bool = Field(
+        True,
+        description="Serve the state tier: the FM worker stores each verified request's user "
+        "state and the ranker decodes it for candidates without an exact pair (needs a bundle "
+        "with fm_state.onnx and fm_decode.onnx; off without them).",
+    )
+    state_ttl_ms: int = Field(
+        24 * HOUR_MS, gt=0, description="Freshness TTL of a user's stored FM state."
+    )
     history_store_ttl_ms: int = Field(
         30 * 24 * HOUR_MS,
         gt=0,

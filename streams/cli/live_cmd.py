@@ -130,7 +130,11 @@ def ranker(
     settings = Settings()
     models, _ = load_models(settings, bundle)
     store = store_from_settings(settings)
-    reader = FeatureReader(store, reader_config(settings, models.fm.dim, models.fm.model_version))
+    reader = FeatureReader(
+        store,
+        reader_config(settings, models.fm.dim, models.fm.model_version),
+        states=models.state,
+    )
     options = RankerOptions(
         group or f"{settings.topic_prefix}-ranker", not no_scores, exit_when_idle_s=exit_when_idle
     )

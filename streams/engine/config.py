@@ -113,6 +113,7 @@ def reader_config(settings: Settings, dim: int, model_version: str | None) -> Re
         aggregate_ttl_ms=settings.aggregate_ttl_ms,
         neighbour_aggregate_ttl_ms=settings.neighbour_aggregate_ttl_ms,
         neighbour_ttl_ms=settings.neighbour_ttl_ms,
+        state_ttl_ms=settings.state_ttl_ms,
         deadline_ms=settings.read_deadline_ms,
         max_neighbours=settings.neighbours_k,
         max_neighbour_pair_keys=settings.reader_max_neighbour_pair_keys,

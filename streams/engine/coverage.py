@@ -31,13 +31,16 @@ class CoverageCounter:
 
 
 def cumulative_shares(s: dict[str, float]) -> dict[str, float]:
-    """Cumulative coverage from per-tier shares: exact, + aggregate, + neighbours' item
-    embedding, + neighbours' aggregates (the simulator and the live summary report the same)."""
+    """Cumulative coverage from per-tier shares, in serving order: exact, + the decoded state,
+    + aggregate, + neighbours' item embedding, + neighbours' aggregates (the simulator and the
+    live summary report the same)."""
+    with_state = s["exact"] + s.get("state", 0.0)
     return {
         "exact": s["exact"],
-        "with_aggregate": s["exact"] + s["aggregate"],
-        "with_neighbour_item": s["exact"] + s["aggregate"] + s["neighbour_item"],
-        "with_neighbours": s["exact"]
+        "with_state": with_state,
+        "with_aggregate": with_state + s["aggregate"],
+        "with_neighbour_item": with_state + s["aggregate"] + s["neighbour_item"],
+        "with_neighbours": with_state
         + s["aggregate"]
         + s["neighbour_item"]
         + s["neighbour_aggregate"],

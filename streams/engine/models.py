@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.neighbours import ItemVectors
 from streams.engine.ranker import SolarisScorer
+from streams.engine.steps.state import StateModel
 from streams.engine.verifier import PairScorer
 
 
 @dataclass(frozen=True, slots=True)
 class EngineModels:
-    """The models a run needs; ``vm``/``solaris``/``items`` may be None (then that step is off)."""
+    """The models a run needs; ``vm``/``solaris``/``items``/``state`` may be None (then that
+    step is off; ``state`` is the state tier's split FM)."""
 
     fm: EmbeddingModel
     vm: PairScorer | None = None
     solaris: SolarisScorer | None = None
     items: ItemVectors | None = None
+    state: StateModel | None = None

@@ -24,6 +24,16 @@ VERIFIER_DROPPED = Counter("solaris_verifier_dropped_total", "Pairs dropped by t
 EMBEDDED = Counter(
     "solaris_pairs_embedded_total", "Pairs embedded by the FM and written to the store."
 )
+STATES_STORED = Counter(
+    "solaris_user_states_stored_total",
+    "User FM states written for the state tier (one per user per FM group).",
+)
+STATE_ERRORS = Counter(
+    "solaris_user_state_errors_total",
+    "User states not stored: the state model failed on a group, or a state was not finite "
+    "in the stored dtype (the user keeps its older state; pairs are unaffected).",
+    ["reason"],
+)
 FM_BATCH_SIZE = Histogram(
     "solaris_fm_batch_size", "Pairs per FM call.", buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024)
 )
@@ -102,6 +112,10 @@ READER_INTERNAL_ERRORS = Counter(
 READER_CORRUPT_VALUES = Counter(
     "solaris_reader_corrupt_values_total",
     "Stored values the ranker's reader rejected (checksum, format, bounds, NaN): never served.",
+)
+READER_STATE_DECODE_ERRORS = Counter(
+    "solaris_reader_state_decode_errors_total",
+    "State-tier decodes that failed or were not finite (those candidates got the next tier).",
 )
 #: labelled by logical topic (requests, impressions); the pipeline dead-letters these messages
 RANKER_BAD_MESSAGES = Counter(

@@ -101,7 +101,7 @@ class RankerService:
         )
         self._stop = threading.Event()
         #: reader error counts and served pairs already added to the Prometheus counters
-        self._counted = (0, 0, 0, 0)
+        self._counted = (0, 0, 0, 0, 0)
         self._counted_served = 0
         self._published_at = 0.0  #: monotonic time of the last publish
         metrics.init_ranker_series()
@@ -333,12 +333,19 @@ class RankerService:
         Prometheus counters (per request, so an alert sees a store outage at once, not 200
         requests later)."""
         st = self.reader.stats
-        now = (st.timeouts, st.store_errors, st.internal_errors, st.corrupt_values)
+        now = (
+            st.timeouts,
+            st.store_errors,
+            st.internal_errors,
+            st.corrupt_values,
+            st.state_decode_errors,
+        )
         counters = (
             metrics.READER_TIMEOUTS,
             metrics.READER_STORE_ERRORS,
             metrics.READER_INTERNAL_ERRORS,
             metrics.READER_CORRUPT_VALUES,
+            metrics.READER_STATE_DECODE_ERRORS,
         )
         for counter, new, old in zip(counters, now, self._counted, strict=True):
             if new > old:

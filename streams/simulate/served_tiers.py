@@ -43,6 +43,7 @@ class EngineServedTiers:
         self.traffic = Path(traffic)
         self.settings = settings
         knobs = asdict(sim_config_from_settings(settings, settings.embedding_dim))
+        knobs["state_tier"] = settings.state_tier
         text = json.dumps(knobs, sort_keys=True, default=str)
         self.cache_key = "engine:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -53,7 +54,9 @@ class EngineServedTiers:
             update={"history_len": models.history_len, "embedding_dim": models.dim}
         )
         with tempfile.TemporaryDirectory(prefix="solaris-engine-") as tmp:
-            engine_models = _runners(models, Path(tmp), settings.onnx_threads)
+            engine_models = _runners(
+                models, Path(tmp), settings.onnx_threads, with_state=settings.state_tier
+            )
             config = sim_config_from_settings(
                 settings,
                 models.dim,
@@ -67,10 +70,13 @@ class EngineServedTiers:
         return align(sim.eval, rows, models.dim)
 
 
-def _runners(models: TrainedModels, root: Path, threads: int) -> EngineModels:
-    """Export the seed's FM and VM and load them with the serving runtime (what ships)."""
-    from models.export import export_fm, export_vm
-    from models.runtime import FMRunner, OnnxSession, VMRunner
+def _runners(
+    models: TrainedModels, root: Path, threads: int, with_state: bool = True
+) -> EngineModels:
+    """Export the seed's FM (whole, and split for the state tier) and VM and load them with
+    the serving runtime (what ships)."""
+    from models.export import export_fm, export_fm_split, export_vm
+    from models.runtime import FMRunner, OnnxSession, StateRunner, VMRunner
     from streams.models_loader import BundleItemVectors
 
     props = {"model_version": ENGINE_VERSION, "dim": str(models.dim)}
@@ -91,7 +97,18 @@ def _runners(models: TrainedModels, root: Path, threads: int) -> EngineModels:
     vm = VMRunner(
         OnnxSession(root / "vm.onnx", threads=threads), models.user_vocab, models.item_vocab
     )
-    return EngineModels(fm, vm, None, BundleItemVectors(root / "item_vectors.npz"))
+    state = None
+    if with_state:
+        state_path, decode_path = export_fm_split(models.fm, models.history_len, root, props)
+        state = StateRunner(
+            OnnxSession(state_path, threads=threads),
+            OnnxSession(decode_path, threads=threads),
+            models.fm_vocab,
+            models.history_len,
+            models.dim,
+        )
+    items = BundleItemVectors(root / "item_vectors.npz")
+    return EngineModels(fm, vm, None, items, state)
 
 
 def align(ev: EvalRows, rows: RowKeys, dim: int) -> ServedRows:

@@ -2,7 +2,8 @@
 
 Per request (at event time t): neighbour refresh when due -> the ranker's lookup (before anything
 this request causes, so a request never serves itself) -> speculate -> verify -> embed with the
-history known before t -> write pairs -> update the user's aggregate. Per impression: history,
+history known before t -> write pairs and the user's FM state (state tier) -> update the user's
+aggregate. Per impression: history,
 look-ahead counts, labelled coverage, and (test period) evaluation rows.
 
 The store is in-memory with an *event-time* clock by default, or any FeatureStore (e.g. Redis).
@@ -28,9 +29,10 @@ from streams.engine.models import EngineModels
 from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
-from streams.engine.steps.embed import embed_input
+from streams.engine.steps.embed import EmbedInput, embed_input
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
+from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
 from streams.simulate.evaluation import EvalRows
@@ -54,7 +56,7 @@ class Simulator:
         # no wall-clock deadline offline: a lookup that a loaded machine slows past the ranker's
         # 20 ms would serve *missing* and make the run depend on the machine's load
         offline = dataclasses.replace(config.reader, deadline_ms=OFFLINE_DEADLINE_MS)
-        self.reader = FeatureReader(self.store, offline)
+        self.reader = FeatureReader(self.store, offline, states=models.state)
         self.history = HistoryBook(capacity=2 * config.history_len)
         #: vm_solaris computes streaming user features: keep each user's history in the store
         self.store_histories = reads_history(models.solaris)
@@ -149,11 +151,23 @@ class Simulator:
         item = embed_input(None, res.out)
         embeddings = self.stages.embedder.embed(item.pairs, item.histories)
         self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
+        self._write_state(item)
         self.speculation.on_embedded(len(embeddings))
         aggregate = self.aggregator.add(self.agg_states.setdefault(u, AggregateState()), embeddings)
         if aggregate is not None:
             self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
             self.agg_newest[u] = aggregate.event_time_ms
+
+    def _write_state(self, item: EmbedInput[None]) -> None:
+        """The user's FM state as of this request, for the state tier (what the live embed
+        agent writes after the message's pairs)."""
+        model = self.models.state
+        if model is None or not item.n_pairs:
+            return
+        states = user_states(
+            [item], model.states, self.models.fm.model_version, self.stages.embedder.dtype
+        )
+        self.store.write_states(states.values, self.config.reader.state_ttl_ms)
 
     def on_impression(self, imp: ImpressionEvent) -> None:
         u = imp.user_id

@@ -123,6 +123,7 @@ def test_simulate_replays_the_log_with_its_bundle(byo: dict[str, Any]) -> None:
         "aggregate",
         "neighbour_item",
         "neighbour_aggregate",
+        "state",
         "missing",
     }
     assert sum(coverage.values()) == pytest.approx(1.0, abs=1e-9)

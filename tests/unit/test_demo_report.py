@@ -24,7 +24,7 @@ CUM = {"exact": 0.4, "with_aggregate": 0.7, "with_neighbour_item": 0.8, "with_ne
 
 
 def _sample(t: float, requests: int, lag: int) -> dict[str, Any]:
-    weights = (0.4, 0.3, 0.1, 0.1, 0.1)
+    weights = (0.3, 0.3, 0.1, 0.1, 0.1, 0.1)
     return {
         "t_s": t,
         "replayed": requests,

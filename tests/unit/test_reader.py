@@ -128,7 +128,7 @@ def test_500_candidates_take_at_most_two_round_trips(store: InMemoryStore) -> No
     r = reader(store)
     _, tiers, _ = r.lookup(1, items, T0 + 1)
     assert store.round_trips <= 2
-    assert np.bincount(tiers, minlength=len(Tier)).tolist() == [100, 0, 0, 400, 0]
+    assert np.bincount(tiers, minlength=len(Tier)).tolist() == [100, 0, 0, 400, 0, 0]
 
 
 class _FailingStore(InMemoryStore):

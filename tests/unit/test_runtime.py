@@ -21,6 +21,7 @@ from models.runtime import (
     TIER_NAMES,
     TIER_NEIGHBOUR_AGGREGATE,
     TIER_NEIGHBOUR_ITEM,
+    TIER_STATE,
     UserHistory,
 )
 
@@ -79,9 +80,10 @@ def test_tier_codes_are_the_documented_numbering() -> None:
         TIER_AGGREGATE,
         TIER_NEIGHBOUR_ITEM,
         TIER_NEIGHBOUR_AGGREGATE,
+        TIER_STATE,
         TIER_MISSING,
     )
-    assert codes == (0, 1, 2, 3, 4) == tuple(Tier)
+    assert codes == (0, 1, 2, 3, 4, 5) == tuple(Tier)
     assert TIER_NAMES == STORE_TIER_NAMES  # models and store agree on the numbering
 
 
@@ -150,8 +152,8 @@ def test_bad_inputs_raise_input_error(bundle_dir: Path) -> None:
         b.fm.embed(u, i, t, [UserHistory.empty()])
     with pytest.raises(InputError):
         b.solaris.score(u, i, t, np.zeros((2, DIM + 1), np.float32), np.zeros(2, np.uint8))
-    with pytest.raises(InputError):  # 5 is TIER_UNAVAILABLE (the store unread); 6 is nothing
-        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 6]))
+    with pytest.raises(InputError):  # 6 is TIER_UNAVAILABLE (the store unread); 7 is nothing
+        b.solaris.score(u, i, t, np.zeros((2, DIM), np.float32), np.array([0, 7]))
     with pytest.raises(InputError):
         UserHistory.of([1, 2], [1, 1], [5, 4])  # not oldest first
     with pytest.raises(InputError):

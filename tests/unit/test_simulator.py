@@ -109,17 +109,20 @@ def test_simulate_report_shape_and_oracle_bound(
         "aggregate",
         "neighbour_item",
         "neighbour_aggregate",
+        "state",
         "missing",
     }
     assert sum(report["coverage"].values()) == pytest.approx(1.0)
     cum, oracle = report["cumulative"], report["oracle"]
     assert cum["exact"] <= oracle["exact"] + 1e-9
-    assert cum["exact"] <= cum["with_aggregate"] <= cum["with_neighbour_item"]
+    assert cum["exact"] <= cum["with_state"] <= cum["with_aggregate"]
+    assert cum["with_aggregate"] <= cum["with_neighbour_item"]
     assert cum["with_neighbour_item"] <= cum["with_neighbours"] <= 1.0
     assert 0 < report["speculation_precision"] <= 1
     assert report["fm_pairs_per_request"] < report["fm_pairs_per_request_all_candidates"]
     assert set(report["labelled"]["oracle"]) == {
         "exact",
+        "with_state",
         "with_aggregate",
         "with_neighbour_item",
         "with_neighbours",

@@ -1,4 +1,5 @@
-"""verified → FM in micro-batches capped in pairs → store pairs → ``embeddings``.
+"""verified → FM in micro-batches capped in pairs → store pairs (and the users' FM states, for the
+state tier) → ``embeddings``.
 
 Needs no tables (verified messages carry the user's history), so it can run in its own consumer
 group on GPU hosts.
@@ -33,6 +34,7 @@ agent's batch guard, which runs the whole batch again (``streams.live.batch_guar
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -47,10 +49,13 @@ from streams.engine.steps.embed import (
     embed_isolating,
     embedding_batch,
 )
+from streams.engine.steps.state import encode_states, state_rows
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, user_key
 from streams.live.offload import MODEL_POOL, in_pool
 from streams.live.retry import write_with_retry
+
+log = logging.getLogger(__name__)
 
 #: one message ready to store and send: its input, its pairs' embeddings, its encoded message
 Encoded = tuple[EmbedInput[Any], list[PairEmbedding], bytes]
@@ -118,7 +123,35 @@ class EmbedAgent:
             await write_with_retry("write_pairs", lambda: store.write_pairs(embeddings, ttl))
             metrics.EMBEDDED.inc(len(embeddings))
             metrics.count_stale_skipped(store, before, "pair")
+            await self.store_states([it for it, _, _ in ready])
         self.parts.count(embedded=len(embeddings), fm_batches=fm_calls)
+
+    async def store_states(self, items: list[EmbedInput[Any]]) -> None:
+        """The group's users' FM states for the state tier, after their pairs (the same step
+        as the simulator's). A state model failure loses only these states (counted): the
+        users keep their older state and every pair is already stored."""
+        model = self.parts.models.state
+        if model is None:
+            return
+        rows = state_rows(items)
+        try:
+            raw = await in_pool(MODEL_POOL, model.states, rows.times, rows.histories)
+        except INFRA_ERRORS:
+            raise
+        except Exception as exc:
+            metrics.STATE_ERRORS.labels("model").inc(len(rows.users))
+            log.warning("user states not computed", extra={"error": str(exc)})
+            return
+        dtype = self.parts.stages.embedder.dtype
+        states = encode_states(rows, raw, self.parts.models.fm.model_version, dtype)
+        if states.nonfinite:
+            metrics.STATE_ERRORS.labels("nonfinite").inc(states.nonfinite)
+        if states.values:
+            store, ttl = self.parts.store, self.settings.state_ttl_ms
+            before = int(getattr(store, "stale_skipped", 0))
+            await write_with_retry("write_states", lambda: store.write_states(states.values, ttl))
+            metrics.STATES_STORED.inc(len(states.values))
+            metrics.count_stale_skipped(store, before, "state")
 
     async def send(self, ready: list[Encoded], deliveries: list[Awaitable[Any]]) -> None:
         """The group's ``embeddings`` messages, in input order (after its store write)."""

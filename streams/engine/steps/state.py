@@ -1,0 +1,104 @@
+"""State step (issue 22's state tier): each embedded request leaves its user's FM state.
+
+The FM worker already holds, per verified message, the user's history as of the request. The
+FM's first half (``fm_state.onnx``) turns it into one state vector per user; the ranker's reader
+decodes that state for any candidate with the FM's own head (``fm_decode.onnx``), so a
+candidate without an exact pair still gets an item-specific vector, where the aggregate tier
+gives every candidate the same one. Offline (``models.fallback_designs``, design B) this beat
+both the aggregate and the similar-items design on every MovieLens dataset.
+
+One state per user per call: the newest message's (the conditional write keeps the newest
+across calls). Both drivers call :func:`user_states`; only the model call differs (the live
+agent runs it in the model thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from schemas.vectors import VectorDtype
+from store.values import encode_state
+from streams.engine.history import UserHistory
+from streams.engine.steps.embed import EmbedInput
+
+
+class StateModel(Protocol):
+    """The FM split in two (``models.runtime.StateRunner``). Blocking, batched."""
+
+    @property
+    def width(self) -> int: ...
+
+    def states(self, event_time_ms: np.ndarray, histories: Sequence[UserHistory]) -> np.ndarray:
+        """float32 ``[B, width]``: each row's user state as of its event time."""
+        ...
+
+    def decode(self, item_ids: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(embeddings float32 [B, dim], logits float32 [B])`` from ``states`` [B, width]."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StateRows:
+    """The rows one state call computes: the newest message of each user."""
+
+    users: list[int]
+    times: np.ndarray  #: int64 [B]: each user's newest request time
+    histories: list[UserHistory]
+
+
+@dataclass(frozen=True, slots=True)
+class StateValues:
+    """What to write (``{user: encoded state}``) and how many were refused as non-finite."""
+
+    values: dict[int, bytes]
+    nonfinite: int
+
+
+def state_rows(items: Sequence[EmbedInput[Any]]) -> StateRows:
+    """The newest message of each user among ``items`` (the later one on equal times)."""
+    newest: dict[int, EmbedInput[Any]] = {}
+    for it in items:
+        b = it.batch
+        seen = newest.get(b.user_id)
+        if seen is None or b.event_time_ms >= seen.batch.event_time_ms:
+            newest[b.user_id] = it
+    rows = list(newest.values())
+    return StateRows(
+        [it.batch.user_id for it in rows],
+        np.array([it.batch.event_time_ms for it in rows], np.int64),
+        [it.history for it in rows],
+    )
+
+
+def encode_states(
+    rows: StateRows, states: np.ndarray, model_version: str, dtype: VectorDtype
+) -> StateValues:
+    """Encoded values of ``states`` (one row per user of ``rows``); a state that is not finite
+    in the stored dtype is left out and counted (the reader would refuse it as corrupt)."""
+    with np.errstate(over="ignore"):  # an overflow is what this looks for
+        stored = np.asarray(states, np.float32).astype(dtype.numpy)
+    finite = np.isfinite(stored).all(axis=1)
+    values = {
+        user: encode_state(int(t), model_version, states[i], dtype)
+        for i, (user, t) in enumerate(zip(rows.users, rows.times.tolist(), strict=True))
+        if finite[i]
+    }
+    return StateValues(values, int((~finite).sum()))
+
+
+def user_states(
+    items: Sequence[EmbedInput[Any]],
+    run: Callable[[np.ndarray, list[UserHistory]], np.ndarray],
+    model_version: str,
+    dtype: VectorDtype,
+) -> StateValues:
+    """The states to store for the embedded messages ``items``; ``run`` is the state model's
+    ``states`` (called once, only when there is a message)."""
+    rows = state_rows(items)
+    if not rows.users:
+        return StateValues({}, 0)
+    return encode_states(rows, run(rows.times, rows.histories), model_version, dtype)
