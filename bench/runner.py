@@ -47,6 +47,13 @@ BENCHES: dict[str, Spec] = {
         ("candidates", "method", "p50 ms", "p99 ms", "p999 ms", "keys/call", "value B/call"),
         "FeatureReader.lookup vs floor (one raw MGET round trip) vs naive (GET per key)",
     ),
+    "serve-http": Spec(
+        "bench.serve_http",
+        "run_serve_http",
+        "serve_http_table",
+        ("candidates", "method", "p50 ms", "p99 ms", "p999 ms", "mean ms"),
+        "solaris serve over HTTP (binary, JSON) vs the in-process FeatureReader.lookup",
+    ),
     "fm": Spec(
         "bench.fm",
         "run_fm",
@@ -97,7 +104,7 @@ BENCHES: dict[str, Spec] = {
         "State tier: decoding a stored FM user state in the ranker vs vm_solaris vs the whole FM",
     ),
 }
-ORDER = ("store", "serve", "fm", "state", "pipeline", "scale-out")
+ORDER = ("store", "serve", "serve-http", "fm", "state", "pipeline", "scale-out")
 
 
 def run_bench(name: str, settings: Settings, smoke: bool, json_path: Path | None) -> BenchResult:

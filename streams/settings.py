@@ -134,6 +134,21 @@ class Settings(BaseSettings):
     exporter_interval_s: float = Field(
         5.0, gt=0, description="How often `solaris exporter` reads the groups' committed offsets."
     )
+    serve_port: int = Field(
+        8300, gt=0, lt=65536, description="Port of `solaris serve` (the HTTP feature server)."
+    )
+    serve_threads: int = Field(
+        4,
+        gt=0,
+        le=256,
+        description="Lookups `solaris serve` runs at once, each thread with its own reader and "
+        "store connections (more requests wait for a free thread).",
+    )
+    serve_model_version: str = Field(
+        "",
+        description="`solaris serve` serves only values of this FM model version (the bundle's, "
+        "as the ranker does); empty = any version.",
+    )
 
     # --- Kafka ---------------------------------------------------------------------------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")

@@ -1,9 +1,9 @@
-"""``solaris bench serve|fm|store|state|pipeline|scale-out|all``: benchmarks as side-by-side ratios.
+"""``solaris bench serve|serve-http|fm|store|state|pipeline|scale-out|all``: side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
 variant that checks the plumbing only (the test suite uses it); its numbers mean nothing.
-Kafka and Redis must be running (``solaris infra up``) for serve, fm and pipeline.
+Kafka and Redis must be running (``solaris infra up``) for serve, serve-http, fm and pipeline.
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ def _one(name: str, json_path: Path | None, smoke: bool) -> None:
 def serve(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """FeatureReader.lookup p50/p99/p999 vs one raw MGET (floor) and GET-per-key (naive)."""
     _one("serve", json_path, smoke)
+
+
+@app.command("serve-http")
+def serve_http(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """solaris serve (HTTP, binary and JSON) p50/p99 vs the in-process reader, side by side."""
+    _one("serve-http", json_path, smoke)
 
 
 @app.command("fm")

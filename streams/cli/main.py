@@ -18,6 +18,7 @@ from streams.cli import (
     infra_cmd,
     live_cmd,
     models_cmd,
+    serve_cmd,
     simulate_cmd,
     topics_cmd,
     train_cmd,
@@ -41,6 +42,7 @@ bench_cmd.register(app)
 exporter_cmd.register(app)
 dead_letters_cmd.register(app)
 cross_task_cmd.register(app)
+serve_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:

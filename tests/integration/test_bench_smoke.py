@@ -26,6 +26,11 @@ RATIO_KEYS = {
     "fm": {"embedder_over_bare_128", "live_over_bare_128"},
     "store": {"bytes_per_pair", "json_over_binary"},
     "pipeline": {"sustained_over_producer_max"},
+    "serve-http": {
+        "http_p99_over_inprocess_p99",
+        "http_p50_over_inprocess_p50",
+        "http_json_p99_over_inprocess_p99",
+    },
 }
 
 
@@ -57,6 +62,21 @@ def test_serve_smoke(settings: Settings, tmp_path: Path) -> None:
         "missing",
     }
     assert {"reader", "floor", "naive"} == set(res["n50"]["latency_ms"])
+    client = redis.Redis.from_url(settings.store_url)
+    try:  # the benchmark deletes what it wrote
+        assert not list(client.scan_iter(match=f"{res['key_prefix']}:*", count=1000))
+    finally:
+        client.close()
+
+
+def test_serve_http_smoke(settings: Settings, tmp_path: Path) -> None:
+    run_bench("serve-http", settings, True, tmp_path / "serve-http.json")
+    doc = _check(tmp_path / "serve-http.json", "serve-http")
+    res = doc["results"]
+    assert res["http_serves_same"] is True  # both HTTP forms answered what the reader did
+    assert res["server_exit_code"] == 0  # the child server stopped cleanly on SIGTERM
+    assert set(res["n20"]["latency_ms"]) == {"inprocess", "http_binary", "http_json"}
+    assert res["server_counters"]["solaris_serve_requests_total{format=binary,status=200}"] > 0
     client = redis.Redis.from_url(settings.store_url)
     try:  # the benchmark deletes what it wrote
         assert not list(client.scan_iter(match=f"{res['key_prefix']}:*", count=1000))

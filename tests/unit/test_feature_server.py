@@ -1,0 +1,405 @@
+"""``solaris serve`` without services: request parsing, both answer encodings, the aiohttp app
+over an in-memory store (answers equal the in-process reader's), errors, health, metrics, the
+reader deadline, and the OpenAPI document checked against the answers it describes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from schemas.limits import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
+from schemas.records import PairEmbedding, UserAggregate
+from store.errors import StoreTimeout
+from store.memory import InMemoryStore
+from store.protocol import ReadBatch, ReadResult
+from store.reader import FeatureReader, Lookup
+from store.tiers import TIER_NAMES, Tier
+from streams.engine.config import ENGINE_DEFAULTS
+from streams.serve.metrics import ServeMetrics
+from streams.serve.openapi import FEATURES_PATH, openapi_document
+from streams.serve.protocol import (
+    HEADER,
+    BadRequest,
+    decode_binary,
+    encode_binary,
+    json_answer,
+    parse_request,
+    wants_binary,
+)
+from streams.serve.readers import ReaderPool
+from streams.serve.server import ServeOptions, build_app
+
+T0 = 1_700_000_000_000
+HOUR = 3_600_000
+DIM = 8
+MAX_ITEMS = 5
+
+
+def _body(**fields: Any) -> bytes:
+    doc = {"user_id": 1, "item_ids": [10, 11], "event_time_ms": T0}
+    doc.update(fields)
+    return json.dumps({k: v for k, v in doc.items() if v is not ...}).encode()
+
+
+# --- request parsing ---------------------------------------------------------------------------
+
+
+def test_parse_a_good_request() -> None:
+    req = parse_request(_body(user_id=2**63 - 1, item_ids=[0, 5]), MAX_ITEMS)
+    assert (req.user_id, req.item_ids, req.event_time_ms) == (2**63 - 1, [0, 5], T0)
+    assert parse_request(_body(item_ids=[]), MAX_ITEMS).item_ids == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        (b"{not json", None, "not JSON"),
+        (b"[1, 2]", None, "JSON object"),
+        (_body(item_ids=...), "item_ids", "missing"),
+        (_body(user_id=..., event_time_ms=...), "user_id", "user_id, event_time_ms"),
+        (_body(item_ids=list(range(MAX_ITEMS + 1))), "item_ids", f"more than {MAX_ITEMS}"),
+        (_body(user_id="1"), "user_id", "integer"),
+        (_body(user_id=1.0), "user_id", "integer"),
+        (_body(user_id=True), "user_id", "integer"),
+        (_body(user_id=-1), "user_id", "[0,"),
+        (_body(user_id=2**63), "user_id", "[0,"),
+        (_body(item_ids="10,11"), "item_ids", "list"),
+        (_body(item_ids=[10, "x"]), "item_ids[1]", "integer"),
+        (_body(item_ids=[10, None]), "item_ids[1]", "integer"),
+        (_body(event_time_ms=MIN_EVENT_TIME_MS - 1), "event_time_ms", "must be in"),
+        (_body(event_time_ms=MAX_EVENT_TIME_MS), "event_time_ms", "must be in"),
+    ],
+)
+def test_bad_requests_say_what_and_where(body: bytes, field: str | None, says: str) -> None:
+    with pytest.raises(BadRequest) as err:
+        parse_request(body, MAX_ITEMS)
+    assert err.value.field == field
+    assert says in err.value.message
+    assert err.value.body() == {
+        "error": "bad_request",
+        "message": err.value.message,
+        "field": field,
+    }
+
+
+@pytest.mark.parametrize(
+    ("accept", "binary"),
+    [
+        (None, False),
+        ("", False),
+        ("*/*", False),
+        ("application/json", False),
+        ("application/octet-stream", True),
+        ("Application/Octet-Stream", True),
+        ("application/octet-stream;q=0.5, application/json", False),
+        ("application/json;q=0.2, application/octet-stream", True),
+        ("application/octet-stream, application/json", True),
+        ("application/octet-stream;q=0", False),
+        ("application/octet-stream;q=bogus", False),
+    ],
+)
+def test_accept_header_picks_the_form(accept: str | None, binary: bool) -> None:
+    assert wants_binary(accept) is binary
+
+
+# --- encodings ---------------------------------------------------------------------------------
+
+
+def _lookup(n: int, seed: int = 0) -> Lookup:
+    rng = np.random.default_rng(seed)
+    tiers = rng.integers(0, len(Tier), n).astype(np.uint8)
+    ages = np.where(tiers == Tier.MISSING, -1, rng.integers(0, 10 * HOUR, n)).astype(np.int64)
+    vectors = rng.normal(size=(n, DIM)).astype(np.float32)
+    vectors[tiers == Tier.MISSING] = 0.0
+    return Lookup(vectors, tiers, ages)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100])
+def test_binary_round_trip_and_layout(n: int) -> None:
+    found = _lookup(n, seed=n)
+    data = encode_binary(found, DIM, None)
+    pad = (-n) % 8
+    assert len(data) == HEADER.size + n + pad + 8 * n + 4 * n * DIM
+    assert data[:16] == b"SOLF" + (1).to_bytes(2, "little") + bytes(2) + n.to_bytes(
+        4, "little"
+    ) + DIM.to_bytes(4, "little")
+    assert data[16 : 16 + n] == found.tiers.tobytes()
+    ages_at = 16 + n + pad
+    assert ages_at % 8 == 0  # typed-array views (BigInt64Array) need aligned offsets
+    assert data[ages_at : ages_at + 8 * n] == found.ages_ms.astype("<i8").tobytes()
+    back, failed = decode_binary(data)
+    assert not failed
+    np.testing.assert_array_equal(back.tiers, found.tiers)
+    np.testing.assert_array_equal(back.ages_ms, found.ages_ms)
+    np.testing.assert_array_equal(back.vectors, found.vectors)  # bit-exact float32
+    assert back.vectors.shape == (n, DIM) and back.vectors.dtype == np.float32
+
+
+def test_binary_flag_and_malformed_bodies() -> None:
+    data = encode_binary(_lookup(3), DIM, "timeout")
+    assert int.from_bytes(data[6:8], "little") == 1 and decode_binary(data).read_failed
+    for bad in (data[:10], data[:-1], b"XXXX" + data[4:], data + b"\0"):
+        with pytest.raises(ValueError):
+            decode_binary(bad)
+
+
+def test_json_answer_names_tiers_and_keeps_float32_values() -> None:
+    found = _lookup(6, seed=3)
+    doc = json.loads(json.dumps(json_answer(found, DIM, "fm-1", None)))
+    assert doc["tiers"] == [TIER_NAMES[c] for c in found.tiers.tolist()]
+    assert doc["tier_codes"] == found.tiers.tolist()
+    assert doc["ages_ms"] == found.ages_ms.tolist()
+    assert (doc["n"], doc["dim"], doc["model_version"], doc["read_error"]) == (6, DIM, "fm-1", None)
+    np.testing.assert_array_equal(np.asarray(doc["vectors"], np.float32), found.vectors)
+
+
+# --- the application ---------------------------------------------------------------------------
+
+
+def _store() -> InMemoryStore:
+    store = InMemoryStore(clock_ms=lambda: T0)
+    vec = np.linspace(-1, 1, DIM, dtype=np.float32)
+    store.write_pairs([PairEmbedding.from_array(1, 10, T0 - 5, "fm", vec * 0.3)], HOUR)
+    store.write_pairs([PairEmbedding.from_array(1, 12, T0 - 9, "fm", vec / 3)], HOUR)
+    store.write_aggregates([UserAggregate.from_array(1, T0 - 7, 24 * HOUR, 2, "fm", vec)], HOUR)
+    return store
+
+
+def _reader(store: InMemoryStore, deadline_ms: float = 1_000.0) -> FeatureReader:
+    cfg = replace(
+        ENGINE_DEFAULTS.reader,
+        dim=DIM,
+        pair_ttl_ms=HOUR,
+        aggregate_ttl_ms=HOUR,
+        deadline_ms=deadline_ms,
+    )
+    return FeatureReader(store, cfg)
+
+
+Check = Callable[[TestClient[Any, Any], ServeMetrics], Awaitable[None]]
+
+
+def _run(
+    check: Check, store: InMemoryStore, ping: bool = True, deadline_ms: float = 1_000.0
+) -> None:
+    async def main() -> None:
+        pool = ReaderPool(lambda: _reader(store, deadline_ms), 2)
+        pool.warm()
+        metrics = ServeMetrics()
+        app = build_app(pool, lambda: ping, ServeOptions(DIM, MAX_ITEMS, "fm"), metrics)
+        try:
+            async with TestClient(TestServer(app)) as client:
+                await check(client, metrics)
+        finally:
+            pool.close()
+
+    asyncio.run(main())
+
+
+def _metric(metrics: ServeMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+REQUEST = {"user_id": 1, "item_ids": [10, 11, 12, 13], "event_time_ms": T0}
+
+
+def test_json_and_binary_answers_equal_the_in_process_reader() -> None:
+    store = _store()
+    expected = _reader(store).lookup(1, REQUEST["item_ids"], T0)  # type: ignore[arg-type]
+    assert expected.tiers.tolist() == [Tier.EXACT, Tier.AGGREGATE, Tier.EXACT, Tier.AGGREGATE]
+
+    async def check(client: TestClient[Any, Any], metrics: ServeMetrics) -> None:
+        got = await client.post(FEATURES_PATH, json=REQUEST)
+        assert got.status == 200 and got.content_type == "application/json"
+        doc = await got.json()
+        assert doc["tier_codes"] == expected.tiers.tolist()
+        assert doc["tiers"] == ["exact", "aggregate", "exact", "aggregate"]
+        assert doc["ages_ms"] == expected.ages_ms.tolist()
+        np.testing.assert_array_equal(np.asarray(doc["vectors"], np.float32), expected.vectors)
+        assert (doc["model_version"], doc["read_error"]) == ("fm", None)
+        got = await client.post(
+            FEATURES_PATH, json=REQUEST, headers={"Accept": "application/octet-stream"}
+        )
+        assert got.status == 200 and got.content_type == "application/octet-stream"
+        assert got.headers["X-Solaris-Tier-Names"] == ",".join(TIER_NAMES)
+        back, failed = decode_binary(await got.read())
+        assert not failed
+        np.testing.assert_array_equal(back.tiers, expected.tiers)
+        np.testing.assert_array_equal(back.ages_ms, expected.ages_ms)
+        np.testing.assert_array_equal(back.vectors, expected.vectors)
+        for fmt in ("json", "binary"):
+            assert _metric(metrics, "solaris_serve_requests_total", status="200", format=fmt) == 1
+        assert _metric(metrics, "solaris_serve_lookups_total", tier="exact") == 4
+        assert _metric(metrics, "solaris_serve_lookups_total", tier="aggregate") == 4
+
+    _run(check, store)
+
+
+def test_bad_requests_get_400_with_a_json_body_and_are_counted() -> None:
+    async def check(client: TestClient[Any, Any], metrics: ServeMetrics) -> None:
+        cases = [
+            ({**REQUEST, "item_ids": list(range(MAX_ITEMS + 1))}, "item_ids"),
+            ({"user_id": 1, "event_time_ms": T0}, "item_ids"),
+            ({**REQUEST, "user_id": "one"}, "user_id"),
+        ]
+        for body, field in cases:
+            got = await client.post(
+                FEATURES_PATH, json=body, headers={"Accept": "application/octet-stream"}
+            )
+            assert got.status == 400 and got.content_type == "application/json"
+            doc = await got.json()
+            assert doc["error"] == "bad_request" and doc["field"] == field, doc
+        got = await client.post(FEATURES_PATH, data=b"\xff\xfe")
+        assert got.status == 400 and (await got.json())["field"] is None
+        assert _metric(metrics, "solaris_serve_requests_total", status="400", format="binary") == 3
+        assert _metric(metrics, "solaris_serve_requests_total", status="400", format="json") == 1
+        got = await client.get("/v1/nothing")
+        assert got.status == 404 and (await got.json())["error"] == "not_found"
+        got = await client.get(FEATURES_PATH)
+        assert got.status == 405 and (await got.json())["error"] == "method_not_allowed"
+        got = await client.post(FEATURES_PATH, data=io.BytesIO(b" " * (2 << 20)))
+        assert got.status == 413 and "error" in await got.json()
+
+    _run(check, _store())
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_healthz_pings_the_store(reachable: bool) -> None:
+    async def check(client: TestClient[Any, Any], metrics: ServeMetrics) -> None:
+        got = await client.get("/healthz")
+        assert got.status == (200 if reachable else 503)
+        assert await got.json() == {"live": True, "store_reachable": reachable}
+
+    _run(check, _store(), ping=reachable)
+
+
+class _TimingOutStore(InMemoryStore):
+    """A store whose reads use up their whole timeout, then raise (a Redis that went silent)."""
+
+    def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
+        time.sleep(timeout_ms / 1000.0)
+        raise StoreTimeout("no reply")
+
+
+def test_a_store_timeout_serves_missing_within_the_deadline_and_is_counted() -> None:
+    store = _TimingOutStore(clock_ms=lambda: T0)
+
+    async def check(client: TestClient[Any, Any], metrics: ServeMetrics) -> None:
+        t0 = time.perf_counter()
+        got = await client.post(FEATURES_PATH, json=REQUEST)
+        elapsed = time.perf_counter() - t0
+        doc = await got.json()
+        assert got.status == 200 and doc["read_error"] == "timeout"
+        assert doc["tiers"] == [TIER_NAMES[Tier.MISSING]] * 4 and doc["ages_ms"] == [-1] * 4
+        assert not np.asarray(doc["vectors"]).any()
+        assert got.headers["X-Solaris-Read-Error"] == "timeout"
+        assert elapsed < 0.5  # deadline 50 ms; generous for a loaded 2-core machine
+        got = await client.post(
+            FEATURES_PATH, json=REQUEST, headers={"Accept": "application/octet-stream"}
+        )
+        assert decode_binary(await got.read()).read_failed
+        assert _metric(metrics, "solaris_serve_reader_timeouts_total") == 2
+        assert _metric(metrics, "solaris_serve_lookups_total", tier="missing") == 8
+        text = (await (await client.get("/metrics")).read()).decode()
+        assert "solaris_serve_reader_timeouts_total 2.0" in text
+        assert 'solaris_serve_request_seconds_count{format="json"} 1.0' in text
+
+    _run(check, store, deadline_ms=50.0)
+
+
+def test_each_worker_thread_has_its_own_reader() -> None:
+    built: list[FeatureReader] = []
+
+    def make() -> FeatureReader:
+        built.append(_reader(_store()))
+        return built[-1]
+
+    pool = ReaderPool(make, 3)
+    try:
+        assert pool.warm() == 3
+        assert len({id(r) for r in built}) == 3
+
+        async def ids() -> set[int]:
+            got = await asyncio.gather(*(pool.run(id) for _ in range(30)))
+            return set(got)
+
+        assert asyncio.run(ids()) <= {id(r) for r in built}
+    finally:
+        pool.close()
+
+
+# --- OpenAPI -----------------------------------------------------------------------------------
+
+
+def _validator(doc: dict[str, Any], name: str) -> jsonschema.Draft202012Validator:
+    """A validator of components/schemas/<name>, its $refs resolved inside the document."""
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:solaris-openapi", Resource.from_contents(doc, default_specification=DRAFT202012)
+    )
+    return jsonschema.Draft202012Validator(
+        {"$ref": f"urn:solaris-openapi#/components/schemas/{name}"}, registry=registry
+    )
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+def test_openapi_document_is_well_formed() -> None:
+    doc = openapi_document(MAX_ITEMS, DIM)
+    assert doc["openapi"].startswith("3.1.") and doc["info"]["title"]
+    for schema in doc["components"]["schemas"].values():
+        jsonschema.Draft202012Validator.check_schema(schema)
+    for ref in _refs(doc):  # every $ref points at a component that exists
+        assert ref.startswith("#/components/schemas/")
+        assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"]
+    ops = [op for path in doc["paths"].values() for op in path.values()]
+    assert {op["operationId"] for op in ops} == {"getFeatures", "health", "metrics", "openapi"}
+    assert all(op["responses"] for op in ops)
+    layout = doc["paths"][FEATURES_PATH]["post"]["responses"]["200"]["content"]
+    assert "uint8 tier codes" in layout["application/octet-stream"]["schema"]["description"]
+    request = _validator(doc, "FeatureRequest")
+    assert request.is_valid(REQUEST)
+    for bad in (  # what the server refuses, the document refuses too
+        {**REQUEST, "item_ids": list(range(MAX_ITEMS + 1))},
+        {**REQUEST, "user_id": -1},
+        {**REQUEST, "event_time_ms": MAX_EVENT_TIME_MS},
+        {"user_id": 1, "item_ids": []},
+    ):
+        assert not request.is_valid(bad)
+
+
+def test_served_answers_match_the_openapi_document() -> None:
+    async def check(client: TestClient[Any, Any], metrics: ServeMetrics) -> None:
+        got = await client.get("/openapi.json")
+        doc = await got.json()
+        assert doc == json.loads(json.dumps(openapi_document(MAX_ITEMS, DIM)))
+        answer = await (await client.post(FEATURES_PATH, json=REQUEST)).json()
+        _validator(doc, "FeatureResponse").validate(answer)
+        error = await (await client.post(FEATURES_PATH, json={"user_id": 1})).json()
+        _validator(doc, "Error").validate(error)
+        _validator(doc, "Health").validate(await (await client.get("/healthz")).json())
+        wrong = {**answer, "tiers": ["nope"] * 4}
+        assert not _validator(doc, "FeatureResponse").is_valid(wrong)
+        short = {**answer, "vectors": [v[:-1] for v in answer["vectors"]]}
+        assert not _validator(doc, "FeatureResponse").is_valid(short)
+
+    _run(check, _store())
