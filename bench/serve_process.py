@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,9 +69,13 @@ def _wait_healthy(server: ServerProcess, timeout_s: float) -> None:
 
 @contextmanager
 def feature_server(
-    overrides: Mapping[str, str], log: Path, start_timeout_s: float = START_TIMEOUT_S
+    overrides: Mapping[str, str],
+    log: Path,
+    start_timeout_s: float = START_TIMEOUT_S,
+    args: Sequence[str] = (),
 ) -> Iterator[ServerProcess]:
-    """Run ``solaris serve`` with the environment plus ``overrides`` until the block ends."""
+    """Run ``solaris serve`` (plus ``args``) with the environment plus ``overrides`` until the
+    block ends."""
     port = free_port()
     env = {
         **os.environ,
@@ -83,7 +87,7 @@ def feature_server(
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "serve", "--host", "127.0.0.1"],
+            [sys.executable, "-m", "streams.cli", "serve", "--host", "127.0.0.1", *args],
             cwd=REPO_ROOT,
             env=env,
             stdout=out,

@@ -142,7 +142,7 @@ class AerospikeStore:
         self.namespace = namespace
         self.snapshot_chunk_bytes = snapshot_chunk_bytes
         self._sets = {
-            k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "hist", "snap", "snapc")
+            k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "hist", "st", "snap", "snapc")
         }
         self._client = client if client is not None else _connect(client_config(hosts, auth))
         #: Number of read round trips served (tests assert the reader's budget with it).

@@ -263,7 +263,7 @@ def _print_offline(summary: dict[str, Any], key: str, name: str) -> None:
         delay = f" ({per}{off['delay_ms'] / 1000:,.0f} s)"
     console.print(
         f"offline simulator {name}{delay}, same requests: exact {c['exact']:.3f}, "
-        f"+aggregate {c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
+        f"+state {c.get('with_state', c['exact']):.3f}, +aggregate {c['with_aggregate']:.3f}, +neighbours' item {c['with_neighbour_item']:.3f}, "
         f"+neighbours' aggregates {c['with_neighbours']:.3f}, "
         f"FM pairs/request {off['fm_pairs_per_request']:.2f}"
     )

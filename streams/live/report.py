@@ -54,6 +54,7 @@ def coverage_table(
     cum = s["cumulative"]
     table.add_row("requests ranked / lookups", f"{s['requests']:,} / {s['lookups']:,}")
     table.add_row("coverage exact", f"{cum['exact']:.3f}")
+    table.add_row("coverage + state (decoded per item)", f"{cum['with_state']:.3f}")
     table.add_row("coverage + aggregate", f"{cum['with_aggregate']:.3f}")
     table.add_row("coverage + neighbours' item embedding", f"{cum['with_neighbour_item']:.3f}")
     table.add_row("coverage + neighbours' aggregates", f"{cum['with_neighbours']:.3f}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from store.reader import FeatureReader
+from store.reader import FeatureReader, StateDecoder
 from store.tiers import TIER_NAMES
 from store.urls import redact_url
 from streams.serve.metrics import ServeMetrics
@@ -158,29 +158,52 @@ def build_app(
     return app
 
 
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """What the served bundle decides: the vector dim, the only FM version served (None =
+    any) and the state tier's decoder (None = no state tier)."""
+
+    dim: int
+    version: str | None
+    states: StateDecoder | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServedModel:
+        return cls(settings.embedding_dim, settings.serve_model_version or None)
+
+
 def serve_forever(
-    settings: Settings, host: str, port: int, echo: Callable[[str], None] = print
+    settings: Settings,
+    host: str,
+    port: int,
+    echo: Callable[[str], None] = print,
+    model: ServedModel | None = None,
 ) -> None:
     """Open the store (one per worker thread, one for ``/healthz``), warm every reader, then
-    serve until SIGINT/SIGTERM; closes everything on the way out."""
+    serve until SIGINT/SIGTERM; closes everything on the way out. A ``model`` with a decoder
+    also serves the state tier (one decoder shared by the threads: its runner keeps no state
+    and onnxruntime sessions run concurrently)."""
     from streams.engine.config import reader_config
     from streams.stores import store_from_settings
 
-    version = settings.serve_model_version or None
-    rcfg = reader_config(settings, settings.embedding_dim, version)
+    served = model or ServedModel.from_settings(settings)
+    dim, version, states = served.dim, served.version, served.states
+    rcfg = reader_config(settings, dim, version)
     pool = ReaderPool(
-        lambda: FeatureReader(store_from_settings(settings), rcfg), settings.serve_threads
+        lambda: FeatureReader(store_from_settings(settings), rcfg, states=states),
+        settings.serve_threads,
     )
     health_store = store_from_settings(settings)
     try:
         pool.warm()
-        options = ServeOptions(settings.embedding_dim, settings.max_candidates, version)
+        options = ServeOptions(dim, settings.max_candidates, version)
         app = build_app(pool, health_store.ping, options, ServeMetrics())
         where = redact_url(settings.store_url) if settings.store_backend != "aerospike" else ""
         echo(
             f"feature server: http://{host}:{port}{FEATURES_PATH} ({settings.store_backend} "
             f"{where}, {settings.serve_threads} readers, deadline {rcfg.deadline_ms:g} ms, "
-            f"dim {options.dim}, model version {version or 'any'})"
+            f"dim {options.dim}, model version {version or 'any'}, "
+            f"state tier {'on' if states is not None else 'off'})"
         )
         web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=2.0)
     finally:

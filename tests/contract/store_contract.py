@@ -12,7 +12,7 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
 from store.history_values import decode_history, encode_history
 from store.protocol import FeatureStore, ReadBatch
-from store.values import decode_neighbours, decode_vector, version_tag
+from store.values import decode_neighbours, decode_vector, encode_state, version_tag
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -122,6 +122,27 @@ class StoreContract:
         assert res.histories[0] is None and res.histories[1] is not None
         got = decode_history(res.histories[1])
         assert list(zip(got.items, got.labels, got.times_ms, strict=True)) == entries
+
+    def test_state_reads_with_the_users_embeddings_in_one_read(self, store: FeatureStore) -> None:
+        """The state tier's user state comes back in the same read, aligned, value intact."""
+        state = np.random.default_rng(12).normal(size=40).astype(np.float32)
+        store.write_pairs([pair(13, 130)], HOUR)
+        store.write_states({13: encode_state(T0, "fm-test", state, VectorDtype.FLOAT16)}, HOUR)
+        batch = ReadBatch(pairs=[(13, 130)], aggregates=[13], histories=[13], states=[14, 13])
+        res = store.read(batch, 500)
+        assert res.pairs[0] is not None and res.aggregates == [None] and res.histories == [None]
+        assert res.states[0] is None and res.states[1] is not None
+        got = decode_vector(res.states[1])
+        assert (got.event_time_ms, got.dim, got.version_tag) == (T0, 40, version_tag("fm-test"))
+        np.testing.assert_array_equal(got.array(), state.astype(np.float16).astype(np.float32))
+
+    def test_an_older_state_never_replaces_a_newer_one(self, store: FeatureStore) -> None:
+        new, old = (np.full(6, x, np.float32) for x in (1.0, 2.0))
+        store.write_states({15: encode_state(T0 + 10, "fm-test", new, VectorDtype.FLOAT16)}, HOUR)
+        store.write_states({15: encode_state(T0, "fm-test", old, VectorDtype.FLOAT16)}, HOUR)
+        got = decode_vector(store.read(ReadBatch(states=[15]), 500).states[0])
+        assert got.event_time_ms == T0 + 10
+        np.testing.assert_array_equal(got.array(), new)
 
     def test_empty_batch_reads_nothing(self, store: FeatureStore) -> None:
         res = store.read(ReadBatch(), 500)

@@ -167,6 +167,64 @@ def test_a_node_client_reads_what_the_in_process_reader_reads(
     assert reader.lookup(USER, [102], T).tiers.tolist() == [Tier.AGGREGATE]
 
 
+def test_with_a_bundle_the_node_client_gets_the_decoded_state_tier(
+    bundle: Path, redis_url: str, test_settings: Settings, tmp_path: Path
+) -> None:
+    """A user with a stored FM state and no pairs: every candidate comes back on the state
+    tier, each vector the bundle's decoder applied to that state (the in-process reader's
+    values, bit for bit)."""
+    from models.runtime import UserHistory
+    from schemas.vectors import VectorDtype
+    from store.values import encode_state
+    from streams.models_loader import load_models
+
+    _node()
+    settings = test_settings.model_copy(update={"read_deadline_ms": 1_000.0})
+    models, _ = load_models(settings, bundle)
+    assert models.state is not None, "the bundle ships fm_state.onnx and fm_decode.onnx"
+    history = UserHistory.of([3, 5, 8], [1, 0, 1], [T - 30 * MIN, T - 20 * MIN, T - 10 * MIN])
+    state = models.state.states(np.array([T - MIN]), [history])[0]
+    store = RedisStore(redis_url, KeyLayout(settings.key_prefix))
+    store.write_states(
+        {USER: encode_state(T - MIN, models.fm.model_version, state, VectorDtype.FLOAT16)}, HOUR
+    )
+    items = [3, 11, 12, 5]
+    env = {
+        "SOLARIS_STORE_BACKEND": "redis",
+        "SOLARIS_STORE_URL": redis_url,
+        "SOLARIS_KEY_PREFIX": settings.key_prefix,
+        "SOLARIS_READ_DEADLINE_MS": "1000",
+        "SOLARIS_SERVE_THREADS": "1",
+    }
+    try:
+        args = ("--bundle", str(bundle))
+        with feature_server(env, tmp_path / "serve.log", args=args) as server:
+            got = _node_client(
+                server, "binary", {"user_id": USER, "item_ids": items, "event_time_ms": T}
+            )
+        reader = FeatureReader(
+            store,
+            reader_config(settings, models.fm.dim, models.fm.model_version),
+            states=models.state,
+        )
+        want = reader.lookup(USER, items, T)
+    finally:
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+        store.close()
+    assert got["status"] == 200, got
+    assert got["tiers"] == ["state"] * len(items)
+    vectors = np.asarray(got["vectors"], np.float32).reshape(len(items), -1)
+    np.testing.assert_array_equal(vectors, want.vectors)
+    stored = state.astype(np.float16).astype(np.float32)
+    decoded, _ = models.state.decode(np.array(items), np.tile(stored, (len(items), 1)))
+    np.testing.assert_allclose(vectors, decoded, rtol=1e-5, atol=1e-6)
+    assert got["ages_ms"] == [MIN] * len(items)
+
+
 def test_the_node_client_gets_a_json_400_and_the_server_counts_it(world: ServerProcess) -> None:
     too_many = {"user_id": USER, "item_ids": list(range(MAX_ITEMS + 1)), "event_time_ms": T}
     got = _node_client(world, "binary", too_many)

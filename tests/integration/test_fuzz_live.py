@@ -308,6 +308,7 @@ def _live_values(settings: Settings, codec: Codec, users: set[int]) -> Any:
         {k: v for k, v in values.items() if b":p:" in k and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":h") and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":st") and v is not None},
     )
 
 
@@ -323,6 +324,7 @@ def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: 
     for name, got, want in (
         ("pairs", live.pairs, offline.pairs),
         ("aggregates", live.aggregates, offline.aggregates),
+        ("states", live.states, offline.states),
     ):
         diff = compare_vectors(got, want)
         assert not diff.only_left and not diff.only_right, (

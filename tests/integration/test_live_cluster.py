@@ -121,8 +121,8 @@ def verified_histories(settings: Settings) -> dict[PairKey, History]:
 
 def read_back(
     store: FeatureStore, layout: KeyLayout, pairs: Iterable[tuple[int, int]], users: Iterable[int]
-) -> tuple[dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes]]:
-    """The stored pair, aggregate and history values of these keys, read through the
+) -> tuple[dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+    """The stored pair, aggregate, history and state values of these keys, read through the
     ``FeatureStore`` protocol (works on every backend) and keyed by the Redis key layout; absent
     keys left out."""
     pair_list, user_list = sorted(set(pairs)), sorted(set(users))
@@ -135,10 +135,12 @@ def read_back(
         )
     found_aggs: dict[bytes, bytes] = {}
     found_hists: dict[bytes, bytes] = {}
+    found_states: dict[bytes, bytes] = {}
     for start in range(0, len(user_list), READ_BACK_CHUNK):
         chunk_users = user_list[start : start + READ_BACK_CHUNK]
         got_users = store.read(
-            ReadBatch(aggregates=chunk_users, histories=chunk_users), timeout_ms=5_000
+            ReadBatch(aggregates=chunk_users, histories=chunk_users, states=chunk_users),
+            timeout_ms=5_000,
         )
         found_aggs.update(
             (layout.aggregate(u), v)
@@ -150,7 +152,12 @@ def read_back(
             for u, v in zip(chunk_users, got_users.histories, strict=True)
             if v is not None
         )
-    return found_pairs, found_aggs, found_hists
+        found_states.update(
+            (layout.state(u), v)
+            for u, v in zip(chunk_users, got_users.states, strict=True)
+            if v is not None
+        )
+    return found_pairs, found_aggs, found_hists, found_states
 
 
 def read_back_values(run: dict[str, Any]) -> Values:
@@ -162,7 +169,7 @@ def read_back_values(run: dict[str, Any]) -> Values:
     settings = run["settings"]
     store = store_from_settings(settings)
     try:
-        pairs, aggs, hists = read_back(
+        pairs, aggs, hists, states = read_back(
             store,
             KeyLayout(settings.key_prefix),
             ((u, i) for u, i, _ in run["histories"]),
@@ -170,7 +177,7 @@ def read_back_values(run: dict[str, Any]) -> Values:
         )
     finally:
         store.close()
-    return Values(run["histories"], pairs, aggs, hists)
+    return Values(run["histories"], pairs, aggs, hists, states)
 
 
 def check_values_equal_simulator(run: dict[str, Any], live: Values, bundle: Path) -> None:
@@ -183,6 +190,7 @@ def check_values_equal_simulator(run: dict[str, Any], live: Values, bundle: Path
     for name, got, want in (
         ("pairs", live.pairs, offline.pairs),
         ("aggregates", live.aggregates, offline.aggregates),
+        ("states", live.states, offline.states),
     ):
         diff = compare_vectors(got, want)
         print(f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical")
@@ -255,6 +263,7 @@ def cluster_values(url: str, run: dict[str, Any]) -> tuple[Values, Counter[str]]
             {k: v for k, v in values.items() if b":p:" in k},
             {k: v for k, v in values.items() if k.endswith(b":agg")},
             {k: v for k, v in values.items() if k.endswith(b":h")},
+            {k: v for k, v in values.items() if k.endswith(b":st")},
         ),
         per_node,
     )
@@ -289,6 +298,7 @@ def test_read_back_through_the_store_finds_every_stored_value(
     scanned, read = cluster_run["values"], cluster_run["read_back"]
     assert read.pairs == scanned.pairs
     assert read.aggregates == scanned.aggregates
+    assert read.states == scanned.states
     assert len(read.pairs) > 0 and len(read.aggregates) > 0
 
 

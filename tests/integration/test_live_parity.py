@@ -223,13 +223,15 @@ def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> 
     )
     assert sum(1 for h in offline.histories.values() if h[0]) > len(offline.histories) // 2
 
-    # 2. Every exact pair vector and 3. every user aggregate in Redis equals the simulator's.
+    # 2. Every exact pair vector, 3. every user aggregate and every user FM state (the state
+    # tier) in Redis equals the simulator's.
     # Lockstep feeds the FM one request's pairs per batch, as the simulator does, so the bytes
     # are expected to be identical; a different ONNX batch composition could move float16
     # roundings by one ulp, which the tolerance below allows and the assert message reports.
     for name, got, want in (
         ("pairs", live.pairs, offline.pairs),
         ("aggregates", live.aggregates, offline.aggregates),
+        ("states", live.states, offline.states),
     ):
         diff = compare_vectors(got, want)
         assert not diff.only_left and not diff.only_right, (
@@ -314,7 +316,7 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     quality = live_run["quality"]
     print(
         f"live quality: {quality}; offline NE {offline_ne}; rows {len(live)}, same tier "
-        f"{len(same_tier)}, exact/aggregate/missing {len(deterministic)}, "
+        f"{len(same_tier)}, exact/state/aggregate/missing {len(deterministic)}, "
         f"served the plain VM after a failed read {len(fell_back)}"
     )
     assert quality["impressions"] == len(ev)

@@ -47,4 +47,8 @@ class TestAerospikeStore(StoreContract):
     def test_an_older_aggregate_never_replaces_a_newer_one(self, store: FeatureStore) -> None:
         super().test_an_older_aggregate_never_replaces_a_newer_one(store)
 
+    @_NOT_CONDITIONAL
+    def test_an_older_state_never_replaces_a_newer_one(self, store: FeatureStore) -> None:
+        super().test_an_older_state_never_replaces_a_newer_one(store)
+
     pass

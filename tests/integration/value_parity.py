@@ -88,6 +88,8 @@ class Values:
     aggregates: dict[bytes, bytes]
     #: each user's stored history (the fair VM's streaming features), by store key
     user_histories: dict[bytes, bytes]
+    #: each user's stored FM state (the state tier), by store key
+    states: dict[bytes, bytes]
 
 
 def simulated_values(
@@ -108,6 +110,7 @@ def simulated_values(
         {k: v for k, v in store.written.items() if b":p:" in k},
         {k: v for k, v in store.written.items() if k.endswith(b":agg")},
         {k: v for k, v in store.written.items() if k.endswith(b":h")},
+        {k: v for k, v in store.written.items() if k.endswith(b":st")},
     )
 
 
@@ -147,6 +150,7 @@ def live_values(settings: Settings) -> Values:
         {k: v for k, v in values.items() if b":p:" in k and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":agg") and v is not None},
         {k: v for k, v in values.items() if k.endswith(b":h") and v is not None},
+        {k: v for k, v in values.items() if k.endswith(b":st") and v is not None},
     )
 
 

@@ -20,7 +20,13 @@ from store.tiers import TIER_NAMES
 from streams.app.report_html.page import render, write_report
 from streams.app.report_html.plots import FIGURES, _intervals
 
-CUM = {"exact": 0.4, "with_aggregate": 0.7, "with_neighbour_item": 0.8, "with_neighbours": 0.9}
+CUM = {
+    "exact": 0.4,
+    "with_state": 0.6,
+    "with_aggregate": 0.7,
+    "with_neighbour_item": 0.8,
+    "with_neighbours": 0.9,
+}
 
 
 def _sample(t: float, requests: int, lag: int) -> dict[str, Any]:

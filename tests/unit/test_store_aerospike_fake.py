@@ -74,6 +74,10 @@ class TestAerospikeStoreOnFake(StoreContract):
     def test_an_older_aggregate_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
         super().test_an_older_aggregate_never_replaces_a_newer_one(store)
 
+    @_NOT_CONDITIONAL
+    def test_an_older_state_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
+        super().test_an_older_state_never_replaces_a_newer_one(store)
+
     """The shared contract, with physical TTL on the fake's clock."""
 
 

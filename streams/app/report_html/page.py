@@ -78,7 +78,7 @@ def _rows(summary: Summary) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = [
         (
             f"coverage {label}",
-            f"{summary['cumulative'][key]:.3f}",
+            _fmt(summary["cumulative"].get(key)),  # older summaries lack "with_state"
             *(_fmt((o.get("cumulative") or {}).get(key)) for o in offs),
         )
         for key, label in CUMULATIVE

@@ -24,11 +24,14 @@ Summary = dict[str, Any]
 #: cumulative coverage keys, best tier first, with their labels
 CUMULATIVE = (
     ("exact", "exact"),
+    ("with_state", "+ state"),
     ("with_aggregate", "+ aggregate"),
     ("with_neighbour_item", "+ neighbours' item"),
     ("with_neighbours", "+ neighbours' aggregates"),
 )
-TIER_COLOURS = ("#1b7837", "#7fbf7b", "#af8dc3", "#762a83", "#d9d9d9")
+#: one per tier, in code order (exact, aggregate, neighbour_item, neighbour_aggregate, state,
+#: missing)
+TIER_COLOURS = ("#1b7837", "#7fbf7b", "#af8dc3", "#762a83", "#f1a340", "#d9d9d9")
 SIZE = (7.0, 3.6)
 
 
@@ -133,7 +136,7 @@ def live_vs_offline(summary: Summary) -> Figure:
     width = 0.8 / max(len(runs), 1)
     for i, (name, cum) in enumerate(runs):
         xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(CUMULATIVE))]
-        ys = [cum[key] for key, _ in CUMULATIVE]
+        ys = [cum.get(key, 0.0) for key, _ in CUMULATIVE]
         bars = ax.bar(xs, ys, width, label=name)
         ax.bar_label(bars, fmt="%.3f", fontsize=7)
     ax.set_xticks(range(len(CUMULATIVE)), [label for _, label in CUMULATIVE], fontsize=8)
