@@ -48,9 +48,16 @@ class UserRepresentations:
     not tell a close neighbour from an arbitrary one. Centred, they spread over 0.63–0.96.
     """
 
-    def __init__(self, items: ItemVectors, alpha: float = 0.5) -> None:
+    def __init__(
+        self, items: ItemVectors, alpha: float = 0.5, version_tag: int | None = None
+    ) -> None:
         self.items = items
         self.alpha = alpha
+        #: the model version (CRC32 tag) of ``items``: saved representations of another are
+        #: refused (``steps.speculate.restore_representation``); None = accept any (tools)
+        self.version_tag = version_tag
+        #: saved representations refused as another model's (version tag or dimension)
+        self.foreign = 0
         self._vec: dict[int, np.ndarray] = {}
         self._seen_at: dict[int, int] = {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from store.values import version_tag
 from streams.engine.aggregator import RollingAggregator
 from streams.engine.embedder import Embedder
 from streams.engine.lookahead import Lookahead
@@ -54,7 +55,7 @@ def build_stages(
         verifier=Verifier(models.vm, verifier, prior) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm),
         aggregator=RollingAggregator(aggregate_window_ms, aggregate_bucket_ms),
-        reps=UserRepresentations(models.items)
+        reps=UserRepresentations(models.items, version_tag=version_tag(models.fm.model_version))
         if use_neighbours and models.items is not None
         else None,
     )

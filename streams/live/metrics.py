@@ -71,6 +71,19 @@ def count_stale_skipped(store: object, before: int, kind: str) -> int:
     return now
 
 
+FOREIGN_STATE_RESETS = Counter(
+    "solaris_foreign_state_resets_total",
+    "Saved per-user state refused as another model's (version tag or dimension) and started "
+    "afresh, by kind (e.g. representation: after a model upgrade).",
+    ["kind"],
+)
+
+
+def count_foreign_resets(n: int, kind: str) -> None:
+    if n > 0:
+        FOREIGN_STATE_RESETS.labels(kind).inc(n)
+
+
 STALE_EMBEDDINGS = Counter(
     "solaris_stale_version_embeddings_total",
     "Late embeddings of a model version their user's aggregate already left (not aggregated).",

@@ -16,10 +16,9 @@ import socket
 import time
 from typing import Any
 
-import numpy as np
-
 from store.values import version_tag
 from streams.engine.neighbours import RefreshClock, fresh_users, refresh
+from streams.engine.steps.speculate import SavedRep, restore_representation
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.knn_snapshot import publish_snapshot
@@ -55,9 +54,12 @@ class NeighbourRefresher:
         if reps is None or not self.clock.due(t, len(self.parts.aggregate_times)):
             return
         if not self._restored:  # after a restart the in-memory state comes back from the tables
+            before = reps.foreign
             for u, v in reps_table.items():
-                if v and not reps.has(int(u)):
-                    reps.set(int(u), np.asarray(v[0], np.float32), int(v[1]))
+                saved = SavedRep.from_json(v)
+                if saved is not None and not reps.has(int(u)):
+                    restore_representation(reps, int(u), saved)
+            metrics.count_foreign_resets(reps.foreign - before, "representation")
             for u, v in aggregates.items():
                 if v:
                     self.parts.aggregate_times.setdefault(int(u), int(v["n"]))

@@ -278,3 +278,39 @@ def test_ranker_publishes_its_counters_at_least_once_a_second() -> None:
     service._published_at = time.monotonic() - 1.5
     service._handle(request(2), None)
     assert published == [2]
+
+
+# --- saved user representations (the reps table) --------------------------------------------
+
+
+def test_a_representation_saved_by_another_model_of_the_same_dim_is_not_restored() -> None:
+    """After an upgrade that keeps the dimension, a representation built from the old model's
+    item vectors lives in another space: it is refused, counted, and the user starts afresh
+    from this model's item vectors (before: restored and mixed in silently)."""
+    from schemas.records import RequestEvent
+    from streams.engine.steps.speculate import SavedRep, observe_representation
+
+    items = FakeItems(DIM)
+    old = UserRepresentations(items, version_tag=version_tag(A))
+    r1 = RequestEvent("r1", 1, T0, "feed", (1, 2, 3))
+    saved = observe_representation(old, r1, None)
+    assert saved is not None and saved.version_tag == version_tag(A)
+    assert SavedRep.from_json(saved.to_json()) == saved
+
+    r2 = RequestEvent("r2", 1, T0 + 1, "feed", (4,))
+    upgraded = UserRepresentations(items, version_tag=version_tag(B))
+    again = observe_representation(upgraded, r2, saved)
+    assert upgraded.foreign == 1
+    assert again is not None and again.version_tag == version_tag(B)
+    np.testing.assert_allclose(upgraded.vector(1), upgraded.of_items([4]))  # afresh, r2 only
+    # the same model restores it and folds r2 into it
+    same = UserRepresentations(items, version_tag=version_tag(A))
+    observe_representation(same, r2, saved)
+    assert same.foreign == 0
+    assert not np.allclose(same.vector(1), same.of_items([4]))
+    # a value saved before values carried a tag ([vector, seen]) is refused too
+    legacy = SavedRep.from_json([saved.vector, saved.seen_at_ms])
+    assert legacy is not None and legacy.version_tag is None
+    fresh = UserRepresentations(items, version_tag=version_tag(A))
+    observe_representation(fresh, r2, legacy)
+    assert fresh.foreign == 1

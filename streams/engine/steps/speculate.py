@@ -43,16 +43,33 @@ class SavedRep:
 
     vector: list[float]
     seen_at_ms: int
+    #: CRC32 tag of the model version whose item vectors built it (``store.values.version_tag``);
+    #: None = saved before values carried it
+    version_tag: int | None = None
 
     def to_json(self) -> list[object]:
-        return [self.vector, self.seen_at_ms]
+        return [self.vector, self.seen_at_ms, self.version_tag]
 
     @classmethod
     def from_json(cls, value: Any) -> SavedRep | None:
         if not value:
             return None
-        vector, seen = value
-        return cls([float(x) for x in vector], int(seen))
+        tag = value[2] if len(value) > 2 and value[2] is not None else None
+        return cls([float(x) for x in value[0]], int(value[1]), None if tag is None else int(tag))
+
+
+def restore_representation(reps: UserRepresentations, user_id: int, saved: SavedRep) -> bool:
+    """Put ``saved`` back into ``reps`` (after a restart or a rebalance). Refused and counted
+    (``reps.foreign``) when another model's item vectors built it: another version tag (an
+    upgrade that kept the dimension would otherwise mix two spaces silently), no tag while
+    ``reps`` has one, or another dimension (issue 24, item 4). The user then starts afresh."""
+    if reps.version_tag is not None and saved.version_tag != reps.version_tag:
+        reps.foreign += 1
+        return False
+    if not reps.set(user_id, np.asarray(saved.vector, np.float32), saved.seen_at_ms):
+        reps.foreign += 1
+        return False
+    return True
 
 
 def observe_representation(
@@ -65,10 +82,9 @@ def observe_representation(
     redelivered request (not newer than the saved one) is not folded in twice.
     """
     if saved is not None and not reps.has(rec.user_id):
-        vector = np.asarray(saved.vector, np.float32)
-        restored = reps.set(rec.user_id, vector, saved.seen_at_ms)
-        saved = saved if restored else None  # another model's (other dimension): start afresh
+        restored = restore_representation(reps, rec.user_id, saved)
+        saved = saved if restored else None  # another model's: start afresh
     if saved is not None and rec.event_time_ms <= saved.seen_at_ms:
         return None
     reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
-    return SavedRep(reps.vector(rec.user_id).tolist(), rec.event_time_ms)
+    return SavedRep(reps.vector(rec.user_id).tolist(), rec.event_time_ms, reps.version_tag)

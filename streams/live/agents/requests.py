@@ -54,8 +54,11 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
             )
         entries = state.history.get(rec.user_id)
         batch = speculate(rec, state.ledger.get(rec.user_id).pairs, entries, parts.stages)
-        if parts.stages.reps is not None:
-            new = observe_representation(parts.stages.reps, rec, state.reps.get(rec.user_id))
+        reps = parts.stages.reps
+        if reps is not None:
+            before = reps.foreign
+            new = observe_representation(reps, rec, state.reps.get(rec.user_id))
+            metrics.count_foreign_resets(reps.foreign - before, "representation")
             if new is not None:
                 state.reps.put(rec.user_id, new, event)
         if batch is None:
