@@ -105,18 +105,27 @@ def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> N
 class RollingAggregator:
     """Adds pair embeddings to per-user state and emits the user's current aggregate."""
 
-    def __init__(self, window_ms: int, bucket_ms: int) -> None:
+    def __init__(self, window_ms: int, bucket_ms: int, own: tuple[str, int] | None = None) -> None:
+        """``own`` = (model version, dim) of the driver's FM: its embeddings of another dim are
+        refused (:func:`check_model_dim`) by both drivers, not only the live agent."""
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
         self.bucket_ms = bucket_ms
+        self.own = own
         #: embeddings dropped as late arrivals of a version their user's state already left
         self.stale_dropped = 0
 
     def add(
         self, state: AggregateState, embeddings: Iterable[PairEmbedding]
     ) -> UserAggregate | None:
-        """Fold ``embeddings`` (all of one user) into ``state``; the new aggregate, or None."""
+        """Fold ``embeddings`` (all of one user) into ``state``; the new aggregate, or None.
+        Raises ``ValueError`` before changing ``state`` when one of them is of the own FM's
+        version with another dim."""
+        embeddings = list(embeddings)
+        if self.own is not None:
+            for emb in embeddings:
+                check_model_dim(emb.model_version, emb.dim, *self.own)
         last: PairEmbedding | None = None
         for emb in embeddings:
             if emb.model_version != state.version and not self._switch(state, emb):

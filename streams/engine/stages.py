@@ -54,7 +54,9 @@ def build_stages(
         prior=prior,
         verifier=Verifier(models.vm, verifier, prior) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm),
-        aggregator=RollingAggregator(aggregate_window_ms, aggregate_bucket_ms),
+        aggregator=RollingAggregator(
+            aggregate_window_ms, aggregate_bucket_ms, own=(models.fm.model_version, models.fm.dim)
+        ),
         reps=UserRepresentations(models.items, version_tag=version_tag(models.fm.model_version))
         if use_neighbours and models.items is not None
         else None,

@@ -146,6 +146,25 @@ def test_new_version_restarts_the_users_aggregate() -> None:
     np.testing.assert_allclose(more.array(), 7.0)
 
 
+def test_both_drivers_refuse_an_own_version_embedding_of_another_dim() -> None:
+    """The rule the live aggregate agent alone applied lives in the engine's aggregator, so the
+    simulator (same stages) applies it too: an embedding of the driver's own FM version whose
+    dim is not that FM's cannot come from it; another version's is accepted (an upgrade)."""
+    from streams.engine.stages import build_stages
+
+    cfg = EngineConfig.defaults(DIM)
+    models = EngineModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
+    stages = build_stages(cfg.speculator, cfg.verifier, models, 24 * H, H)
+    own = FakeFM.model_version
+    wide = PairEmbedding.from_array(1, 10, T0, own, np.ones(2 * DIM, np.float32))
+    state = AggregateState()
+    with pytest.raises(ValueError, match="whose FM outputs"):
+        stages.aggregator.add(state, [pair(1, 11, T0, 1.0, own), wide])
+    assert not state.buckets and not state.seen  # refused before anything was folded in
+    other = PairEmbedding.from_array(1, 10, T0, "fm-next", np.ones(2 * DIM, np.float32))
+    assert stages.aggregator.add(state, [other]) is not None
+
+
 def test_late_old_version_embedding_is_dropped_not_mixed() -> None:
     agg_ = RollingAggregator(window_ms=24 * H, bucket_ms=H)
     state = AggregateState()

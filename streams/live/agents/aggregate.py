@@ -5,7 +5,8 @@ the store in one write, and only then is state saved — a crash in between re-a
 pairs and writes the same aggregates again (idempotent).
 
 A message that fails (for one, an embedding of this worker's FM version whose dim is not that
-FM's: :func:`~streams.engine.aggregator.check_model_dim`) is dead-lettered alone
+FM's: the aggregator's :func:`~streams.engine.aggregator.check_model_dim`, the same rule in
+the simulator) is dead-lettered alone
 (``processing_error``). Messages of another model version are accepted; they restart the user's
 buckets (see :mod:`streams.engine.aggregator`).
 """
@@ -17,7 +18,7 @@ from typing import Any
 import faust
 
 from schemas.records import EmbeddingBatch, UserAggregate
-from streams.engine.aggregator import AggregateState, check_model_dim
+from streams.engine.aggregator import AggregateState
 from streams.live import metrics
 from streams.live.agents.context import AgentContext, as_current
 from streams.live.retry import write_with_retry
@@ -26,7 +27,6 @@ from streams.live.retry import write_with_retry
 def register(ctx: AgentContext) -> None:
     table, parts, settings = ctx.tables["aggregates"], ctx.parts, ctx.settings
     aggregator = parts.stages.aggregator
-    own_version, own_dim = parts.models.fm.model_version, parts.models.fm.dim
 
     async def aggregate_batch(events: list[Any]) -> None:
         states: dict[int, tuple[Any, AggregateState]] = {}  # user -> (last event, state)
@@ -36,7 +36,6 @@ def register(ctx: AgentContext) -> None:
             if rec is None:
                 continue
             async with ctx.processing(event):
-                check_model_dim(rec.model_version, rec.dim, own_version, own_dim)
                 _, state = states.get(rec.user_id) or (
                     None,
                     AggregateState.from_json(table.get(rec.user_id)),
