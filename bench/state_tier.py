@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import BenchResult, Target, machine_info, percentiles_ms
+from store.tiers import Tier
 from streams.settings import Settings
 
 ITEMS = 10_000
@@ -68,6 +69,28 @@ def _time(fn: Any, repeats: int) -> list[float]:
     return out
 
 
+def _readers(split: Any, state: np.ndarray, dim: int, now: int) -> tuple[Any, Any]:
+    """Two readers over one in-memory store holding a user's aggregate and FM state: one serves
+    the state tier (decodes), one the aggregate (what the ranker read before the state tier)."""
+    from dataclasses import replace
+
+    from schemas.records import UserAggregate
+    from schemas.vectors import VectorDtype
+    from store.memory import InMemoryStore
+    from store.reader import FeatureReader
+    from store.values import encode_state
+    from streams.engine.config import ENGINE_DEFAULTS
+
+    store = InMemoryStore(clock_ms=lambda: now)
+    agg = UserAggregate.from_array(7, now - 1, 86_400_000, 3, "bench", np.ones(dim, np.float32))
+    store.write_aggregates([agg], 3_600_000)
+    store.write_states(
+        {7: encode_state(now - 1, "bench", state[0], VectorDtype.FLOAT16)}, 3_600_000
+    )
+    cfg = replace(ENGINE_DEFAULTS.reader, dim=dim, version_tag=None)
+    return FeatureReader(store, cfg, states=split), FeatureReader(store, cfg)
+
+
 def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchResult:
     from models.runtime import TIER_AGGREGATE, UserHistory
 
@@ -96,6 +119,18 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
             "decode": _time(lambda: split.decode(items, states), repeats),
             "fm": _time(lambda: full.embed(users, items, times, [hist] * CANDIDATES), repeats),
         }
+        with_state, aggregate_only = _readers(split, state, dim, now)
+        served = with_state.lookup(7, items.tolist(), now).tiers
+        timings["lookup_state_tier"] = _time(
+            lambda: with_state.lookup(7, items.tolist(), now), repeats
+        )
+        timings["lookup_aggregate_tier"] = _time(
+            lambda: aggregate_only.lookup(7, items.tolist(), now), repeats
+        )
+        trips = {
+            name: r.stats.round_trips / max(r.stats.calls, 1)
+            for name, r in (("state", with_state), ("aggregate", aggregate_only))
+        }
         width = split.width
     lat = {k: percentiles_ms(v) for k, v in timings.items()}
     state_bytes, aggregate_bytes = 2 * width, 2 * dim
@@ -103,6 +138,8 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
         "decode_over_vm_solaris_p50": lat["decode"]["p50"] / lat["vm_solaris"]["p50"],
         "decode_over_fm_p50": lat["decode"]["p50"] / lat["fm"]["p50"],
         "state_over_aggregate_bytes": state_bytes / aggregate_bytes,
+        "lookup_state_over_aggregate_p50": lat["lookup_state_tier"]["p50"]
+        / lat["lookup_aggregate_tier"]["p50"],
     }
     return BenchResult(
         "state",
@@ -115,7 +152,9 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
             "state_width_floats": width,
             "bytes_per_user": {"state_f16": state_bytes, "aggregate_f16": aggregate_bytes},
             "extra_keys_per_request": 1,
-            "extra_round_trips_per_request": 0,
+            # measured: the reader's round trips per lookup with and without the state tier
+            "round_trips_per_lookup": trips,
+            "lookup_served_state_tier": bool((served == Tier.STATE).all()),
         },
         ratios=ratios,
         targets={"decode_over_fm_p50": Target(0.5, upper=True)},
@@ -127,5 +166,5 @@ def state_table(res: BenchResult) -> list[list[str]]:
     lat = res.results["latency_ms"]
     return [
         [name, f"{lat[name]['p50']:.3f}", f"{lat[name]['p99']:.3f}"]
-        for name in ("vm_solaris", "decode", "fm")
+        for name in ("vm_solaris", "decode", "fm", "lookup_state_tier", "lookup_aggregate_tier")
     ]
