@@ -7,6 +7,8 @@
 # after run took longer to start each time (past the start timeout in CI at ~13k partitions).
 # A broker that is already running is reused as it is. The command runs with
 # SOLARIS_KAFKA_DATA_DIR set to this script's broker, so `solaris infra status` finds it.
+# SOLARIS_SCHEMA_REGISTRY=1 also starts the schema registry (infra/schema_registry.sh); without
+# it the run does not pay for one.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,6 +51,14 @@ if bash "$ROOT/infra/redis.sh" status >/dev/null 2>&1; then
 else
   bash "$ROOT/infra/redis.sh" start
   started+=(redis)
+fi
+if [[ "${SOLARIS_SCHEMA_REGISTRY:-0}" == 1 ]]; then
+  if bash "$ROOT/infra/schema_registry.sh" status >/dev/null 2>&1; then
+    echo "[services] schema registry already running: reusing it"
+  else
+    bash "$ROOT/infra/schema_registry.sh" start
+    started+=(schema_registry)
+  fi
 fi
 
 set +e
