@@ -282,6 +282,14 @@ class Settings(BaseSettings):
         "and memory per call, e.g. GPU memory).",
     )
     embed_max_wait_ms: int = Field(50, ge=0, description="FM micro-batch max wait (wall clock).")
+    shed_clock: Literal["off", "wall"] = Field(
+        "off",
+        description="What the FM worker sheds stale work against: off (never), or the wall "
+        "clock: a verified message dated more than SOLARIS_PAIR_TTL_MS before it is dropped "
+        "before the FM (counted, solaris_pairs_shed_total): its pairs could never be served "
+        "exact. Set wall only where event time follows the wall clock (live traffic): a replay "
+        "of old traffic would be shed whole.",
+    )
     onnx_providers: str = Field(
         "",
         description=(

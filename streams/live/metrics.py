@@ -24,6 +24,11 @@ VERIFIER_DROPPED = Counter("solaris_verifier_dropped_total", "Pairs dropped by t
 EMBEDDED = Counter(
     "solaris_pairs_embedded_total", "Pairs embedded by the FM and written to the store."
 )
+PAIRS_SHED = Counter(
+    "solaris_pairs_shed_total",
+    "Verified pairs the FM worker dropped unembedded: their message was dated more than the "
+    "pair TTL before its shed clock (SOLARIS_SHED_CLOCK), so they could never be served exact.",
+)
 STATES_STORED = Counter(
     "solaris_user_states_stored_total",
     "User FM states written for the state tier (one per user per FM group).",

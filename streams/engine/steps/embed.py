@@ -169,6 +169,15 @@ def nonfinite_output(item: EmbedInput[Any], mine: Sequence[PairEmbedding]) -> Va
     )
 
 
+def past_pair_ttl(event_time_ms: int, now_ms: int, pair_ttl_ms: int) -> bool:
+    """True when the pairs of a verified message dated ``event_time_ms`` can no longer be served
+    exact to a request at ``now_ms`` or later (the reader serves a pair only while request time
+    minus pair time is at most the pair TTL): the FM worker sheds such a message unembedded
+    (``SOLARIS_SHED_CLOCK``). The simulator's FM keeps up (a message is embedded at its own
+    event time), so it never sheds."""
+    return now_ms - event_time_ms > pair_ttl_ms
+
+
 def chunk_by_pairs(items: Sequence[EmbedInput[E]], max_pairs: int) -> list[list[EmbedInput[E]]]:
     """Consecutive groups of ``items`` with at most ``max_pairs`` pairs each (a message with
     more pairs than that forms a group of its own: a message is never split)."""

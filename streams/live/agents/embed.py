@@ -29,6 +29,13 @@ message cannot be encoded: each group's messages are encoded *before* the group 
 nothing of a refused message reaches the store and the rest of the batch is stored and sent.
 An infrastructure error (``INFRA_ERRORS``) cancels the rest of the batch and propagates to the
 agent's batch guard, which runs the whole batch again (``streams.live.batch_guard``).
+
+Shedding (``SOLARIS_SHED_CLOCK=wall``, issue 24 item 6): a valid message dated more than the pair
+TTL before the wall clock is dropped before the FM (:func:`past_pair_ttl`): a backlogged FM works
+oldest-first, and such pairs could never be served exact. Counted
+(``solaris_pairs_shed_total``) and logged with the batch's shed range, never dead-lettered (it is
+not bad data). Off by default: the FM worker cannot tell a backlog of live traffic from a replay
+of old traffic, whose every message is older than the TTL by the wall clock.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -48,6 +56,7 @@ from streams.engine.steps.embed import (
     embed_input,
     embed_isolating,
     embedding_batch,
+    past_pair_ttl,
 )
 from streams.engine.steps.state import encode_states, state_rows
 from streams.live import metrics
@@ -69,6 +78,24 @@ def group_pairs(max_pairs: int, batch_messages: int, pairs_per_message: float) -
     """Pairs per FM group: ``max_pairs`` at most, and about a quarter of an expected batch."""
     expected = batch_messages * max(pairs_per_message, 1.0)
     return max(1, min(max_pairs, max(MIN_GROUP_PAIRS, int(expected / OVERLAP_GROUPS) + 1)))
+
+
+@dataclass
+class Shed:
+    """The verified messages one batch shed: how many, their pairs, their event-time range."""
+
+    now_ms: int
+    messages: int = 0
+    pairs: int = 0
+    oldest_ms: int = 0
+    newest_ms: int = 0
+
+    def add(self, b: ProposalBatch) -> None:
+        t = b.event_time_ms
+        self.oldest_ms = t if not self.messages else min(self.oldest_ms, t)
+        self.newest_ms = t if not self.messages else max(self.newest_ms, t)
+        self.messages += 1
+        self.pairs += len(b.item_ids)
 
 
 class EmbedAgent:
@@ -161,20 +188,53 @@ class EmbedAgent:
             key = user_key(b.user_id)
             deliveries.append(await sender.send("embeddings", key, data, b.event_time_ms))
 
+    def shed_clock(self) -> Shed | None:
+        """A batch's shed tally at the shed clock's time now; None when shedding is off."""
+        return Shed(int(time.time() * 1000)) if self.settings.shed_clock == "wall" else None
+
+    def sheds(self, b: ProposalBatch, shed: Shed | None) -> bool:
+        """Whether ``b`` is shed (and then tallied): dated more than the pair TTL before now."""
+        ttl = self.settings.pair_ttl_ms
+        if shed is None or not past_pair_ttl(b.event_time_ms, shed.now_ms, ttl):
+            return False
+        shed.add(b)
+        return True
+
+    def report_shed(self, shed: Shed | None) -> None:
+        if shed is None or not shed.messages:
+            return
+        metrics.PAIRS_SHED.inc(shed.pairs)
+        self.parts.count(shed=shed.pairs)
+        log.warning(
+            "shed %d verified messages (%d pairs) dated %d..%d: more than the pair TTL "
+            "(%d ms) before the wall clock %d",
+            shed.messages,
+            shed.pairs,
+            shed.oldest_ms,
+            shed.newest_ms,
+            self.settings.pair_ttl_ms,
+            shed.now_ms,
+            extra={"shed_messages": shed.messages, "shed_pairs": shed.pairs},
+        )
+
     async def start_groups(
         self, events: list[Any], tasks: list[asyncio.Task[EmbedOutcome[Any]]]
     ) -> None:
         """Decode ``events`` and start each FM group as soon as its messages are decoded
-        (appended to ``tasks``: the caller cancels them if decoding fails half-way)."""
+        (appended to ``tasks``: the caller cancels them if decoding fails half-way); stale
+        messages are shed (see the module)."""
         target = group_pairs(self.settings.embed_batch_pairs, len(events), self.pairs_per_message)
         group: list[EmbedInput[Any]] = []
         size = n_pairs = n_items = 0
+        shed = self.shed_clock()
         for event in events:
             rec = await self.ctx.admitted(event, ProposalBatch)
             if rec is None:
                 continue
             async with self.ctx.processing(event):  # invalid input: that message only
                 item = embed_input(event, rec)
+                if self.sheds(rec, shed):  # valid but stale: never dead-lettered
+                    continue
                 if group and size + item.n_pairs > self.settings.embed_batch_pairs:
                     tasks.append(asyncio.ensure_future(self.embed_group(group)))
                     group, size = [], 0
@@ -188,6 +248,7 @@ class EmbedAgent:
             tasks.append(asyncio.ensure_future(self.embed_group(group)))
         if n_items:
             self.pairs_per_message = 0.8 * self.pairs_per_message + 0.2 * (n_pairs / n_items)
+        self.report_shed(shed)
 
     async def handle(self, events: list[Any]) -> None:
         """One batch: FM groups pipelined; store writes and sends in input order, every
