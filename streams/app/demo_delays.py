@@ -9,7 +9,7 @@ the last FM write, and it ignores that the ranker, too, reads a little after the
 every request, when its ``verified`` and ``embeddings`` messages appeared on the *ranker's*
 clock: the event time of the newest request the ranker had scored (its ``scores`` messages, read
 by the same consumer). The pairs are then served from the ranker's next request on, exactly as
-:class:`~streams.app.demo_offline.LatencySimulator` applies a delay.
+the simulator's ``delays`` hook (:mod:`streams.simulate.latency`) applies a delay.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@ pipeline latency the live run had.
 
 A timed replay compresses event time: a pipeline that needs L wall seconds from request to stored
 embedding is L × speed *event-time* seconds behind its users, and a user's next request inside
-that window finds nothing new. The lockstep simulator assumes zero latency. :class:`LatencySimulator`
+that window finds nothing new. The lockstep simulator assumes zero latency. The simulator with ``delays``
 runs the same engine with every pipeline step of an event (speculate → verify → embed → write,
-and the impression's history update) applied late by a :class:`DelaySchedule`, while the ranker's
-reads stay on time, so "live at speed N" can be compared with "offline at the latency measured in
+and the impression's history update) applied late by a
+:class:`~streams.simulate.latency.DelaySchedule` (the simulator's scheduling hook), while the
+ranker's reads stay on time, so "live at speed N" can be compared with "offline at the latency measured in
 that run". The schedule is either one constant delay (:class:`ConstantDelay`) or the delays the
 demo measured for each request (:class:`MeasuredDelays`, from ``streams.app.demo_delays``): a
 request's pipeline lands when its ``embeddings`` message did, an impression's history update as
@@ -18,20 +19,18 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import heapq
 import json
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from schemas.records import ImpressionEvent, RequestEvent
-from store.protocol import FeatureStore
 from streams.engine.models import EngineModels
-from streams.engine.steps.history import observe_impression
 from streams.settings import Settings
 from streams.simulate.config import SimConfig
+from streams.simulate.latency import ConstantDelay, DelaySchedule
 from streams.simulate.simulator import Simulator
 
 #: delays are rounded to this many significant digits, so nearby measurements share a cache entry
@@ -45,27 +44,6 @@ def round_delay_ms(delay_ms: int) -> int:
         return 0
     step = 10 ** max(len(str(seconds)) - DELAY_DIGITS, 0)
     return round(seconds / step) * step * 1000
-
-
-class DelaySchedule(Protocol):
-    """How late (event time, ms) the pipeline applies an event's work after the event."""
-
-    def request_ms(self, r: RequestEvent) -> int: ...
-
-    def impression_ms(self, imp: ImpressionEvent) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ConstantDelay:
-    """Every event's pipeline work ``delay_ms`` late."""
-
-    delay_ms: int
-
-    def request_ms(self, r: RequestEvent) -> int:
-        return self.delay_ms
-
-    def impression_ms(self, imp: ImpressionEvent) -> int:
-        return self.delay_ms
 
 
 @dataclass(frozen=True)
@@ -122,64 +100,6 @@ class MeasuredDelays:
         return out
 
 
-class LatencySimulator(Simulator):
-    """:class:`Simulator` whose pipeline lags the ranker by ``delays``: an event's pipeline
-    work becomes visible to reads at event times after ``t + delay``. A user's events keep
-    their order (as in one Kafka partition), so a shorter delay never overtakes a longer one."""
-
-    def __init__(
-        self,
-        config: SimConfig,
-        models: EngineModels,
-        delays: DelaySchedule | int,
-        store: FeatureStore | None = None,
-    ) -> None:
-        super().__init__(config, models, store)
-        self.delays = ConstantDelay(delays) if isinstance(delays, int) else delays
-        self._due: list[tuple[int, int, RequestEvent | ImpressionEvent]] = []
-        self._seq = 0
-        self._user_due: dict[tuple[bool, int], int] = {}
-
-    def on_request(self, r: RequestEvent) -> None:
-        self._apply_due(r.event_time_ms)
-        super().on_request(r)  # ranks now; its _pipeline call only queues
-
-    def _pipeline(self, r: RequestEvent) -> None:
-        self._queue(r, r.event_time_ms + self.delays.request_ms(r))
-
-    def on_impression(self, imp: ImpressionEvent) -> None:
-        """Labelled coverage at once (it describes the read already made); history late."""
-        self._apply_due(imp.event_time_ms)
-        self._queue(imp, imp.event_time_ms + self.delays.impression_ms(imp))
-        pending = self._pending.get(imp.request_id)
-        if pending is None:
-            return
-        _, position, tiers, _ = pending
-        j = position.get(imp.item_id)
-        if j is not None:
-            self.labelled.add(tiers[j : j + 1])
-
-    def _queue(self, event: RequestEvent | ImpressionEvent, due: int) -> None:
-        key = (isinstance(event, RequestEvent), event.user_id)
-        due = max(due, self._user_due.get(key, due))
-        self._user_due[key] = due
-        heapq.heappush(self._due, (due, self._seq, event))
-        self._seq += 1
-
-    def _apply_due(self, t: int) -> None:
-        """Run queued pipeline work that finished before event time ``t`` (in finishing order;
-        ties in event order)."""
-        while self._due and self._due[0][0] < t:
-            _, _, event = heapq.heappop(self._due)
-            if isinstance(event, RequestEvent):
-                Simulator._pipeline(self, event)
-            else:
-                u = event.user_id
-                observe_impression(
-                    self.history.mutable(u), event, self.history.capacity, self.lookahead
-                )
-
-
 def _cache_path(settings: Settings, traffic: Path, bundle: Path, kind: str) -> Path:
     # the traffic's content, not its mtime: `solaris demo` rewrites the same slice every run
     content = hashlib.sha256(traffic.read_bytes()).hexdigest()
@@ -232,7 +152,7 @@ def offline_at_latency(
         from streams.simulate.run import gated
 
         models, config = _models_and_config(settings, bundle, traffic, with_eval=False)
-        sim = LatencySimulator(gated(config, models.fm), models, schedule)
+        sim = Simulator(gated(config, models.fm), models, delays=schedule)
         sim.run(read_traffic(traffic))
         s = run_summary(sim)
         keys = ("cumulative", "fm_pairs_per_request", "speculation_precision")

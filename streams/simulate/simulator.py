@@ -36,6 +36,7 @@ from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
 from streams.simulate.evaluation import EvalRows
+from streams.simulate.latency import DelayedPipeline, DelaySchedule
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,16 @@ class Simulator:
     """Feed events with :meth:`run`; read results from the counters or :meth:`summary`."""
 
     def __init__(
-        self, config: SimConfig, models: EngineModels, store: FeatureStore | None = None
+        self,
+        config: SimConfig,
+        models: EngineModels,
+        store: FeatureStore | None = None,
+        delays: DelaySchedule | None = None,
     ) -> None:
+        """``delays``: apply each event's pipeline work that late in event time (the ranker's
+        reads stay on time; :mod:`streams.simulate.latency`); None = lockstep."""
         self.config = config
+        self.delayed = DelayedPipeline(delays) if delays is not None else None
         self.models = models
         self.now_ms = 0
         self.store = store if store is not None else InMemoryStore(clock_ms=lambda: self.now_ms)
@@ -109,6 +117,8 @@ class Simulator:
     def on_request(self, r: RequestEvent) -> None:
         cfg = self.config
         t, u = r.event_time_ms, r.user_id
+        if self.delayed is not None:
+            self.delayed.run_before(t, self._apply)
         if t < self.now_ms:
             raise ValueError(f"events out of event-time order at request {r.request_id}")
         self.now_ms = t
@@ -128,7 +138,17 @@ class Simulator:
 
         # After ranking: what a refresh at t builds may serve only requests later than t.
         self._maybe_refresh_neighbours(t)
-        self._pipeline(r)
+        if self.delayed is not None:
+            self.delayed.defer(r)
+        else:
+            self._pipeline(r)
+
+    def _apply(self, event: RequestEvent | ImpressionEvent) -> None:
+        """Delayed pipeline work that is now due."""
+        if isinstance(event, RequestEvent):
+            self._pipeline(event)
+        else:
+            self._observe(event)
 
     def _pipeline(self, r: RequestEvent) -> None:
         """The live pipeline's steps for one request, in the order the agents run them."""
@@ -170,13 +190,28 @@ class Simulator:
         self.store.write_states(states.values, self.config.reader.state_ttl_ms)
 
     def on_impression(self, imp: ImpressionEvent) -> None:
+        """The impression's pipeline work (history) now or, with delays, when due; its
+        labelled coverage and evaluation row now (they describe the read already made; with
+        delays the row's history is what the late pipeline knows)."""
+        if self.delayed is not None:
+            self.delayed.run_before(imp.event_time_ms, self._apply)
+            self.delayed.defer(imp)
+        else:
+            self._observe(imp)
+        self._record(imp)
+
+    def _observe(self, imp: ImpressionEvent) -> None:
+        """The history step (and the store write the live history agent does for the ranker)."""
         u = imp.user_id
         entries = self.history.mutable(u)
         observe_impression(entries, imp, self.history.capacity, self.lookahead)
-        if self.store_histories:  # what the live history agent writes for the ranker
+        if self.store_histories:
             self.store.write_histories(
                 {u: encode_history(entries)}, self.config.history_store_ttl_ms
             )
+
+    def _record(self, imp: ImpressionEvent) -> None:
+        u = imp.user_id
         pending = self._pending.get(imp.request_id)
         if pending is None:
             return

@@ -149,9 +149,9 @@ def _latency_events() -> list[Any]:
 
 
 def _sim(delay_ms: int | None) -> Any:
-    from streams.app.demo_offline import LatencySimulator
     from streams.engine.models import EngineModels
     from streams.simulate.config import SimConfig
+    from streams.simulate.latency import ConstantDelay
     from streams.simulate.simulator import Simulator
     from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
@@ -159,7 +159,7 @@ def _sim(delay_ms: int | None) -> Any:
     config = SimConfig(EngineConfig.defaults(8))
     if delay_ms is None:
         return Simulator(config, models)
-    return LatencySimulator(config, models, delay_ms)
+    return Simulator(config, models, delays=ConstantDelay(delay_ms))
 
 
 def test_latency_simulator_at_zero_delay_is_the_simulator() -> None:
@@ -170,6 +170,28 @@ def test_latency_simulator_at_zero_delay_is_the_simulator() -> None:
     assert plain.coverage.counts.tolist() == zero.coverage.counts.tolist()
     assert plain.labelled.counts.tolist() == zero.labelled.counts.tolist()
     assert plain.speculation.embedded == zero.speculation.embedded
+    # values, not only counts: the same bytes stored under the same keys
+    stored = {k: v for k, (_, v) in plain.store._data.items()}
+    assert stored == {k: v for k, (_, v) in zero.store._data.items()}
+
+
+def test_a_delayed_pipeline_still_stores_the_histories_a_fair_vm_reads() -> None:
+    """The late history step is the simulator's own (the copy in the old latency simulator
+    updated the history but never stored it for a vm_solaris with streaming user features)."""
+    from dataclasses import replace
+
+    from streams.simulate.latency import ConstantDelay
+    from streams.simulate.simulator import Simulator
+    from tests.fakes import FakeSolaris
+
+    class FairSolaris(FakeSolaris):
+        user_features = True
+
+    base = _sim(None)
+    models = replace(base.models, solaris=FairSolaris())
+    sim = Simulator(base.config, models, delays=ConstantDelay(60_000))
+    sim.run(_latency_events())
+    assert sum(1 for k in sim.store._data if k.endswith(b":h")) > 10
 
 
 def test_latency_lowers_exact_coverage() -> None:
@@ -199,10 +221,12 @@ def _measured(events: list[Any], request_ms: Any, verify_ms: Any) -> Any:
 
 
 def _run(events: list[Any], delays: Any) -> Any:
-    from streams.app.demo_offline import LatencySimulator
+    from streams.simulate.latency import ConstantDelay
+    from streams.simulate.simulator import Simulator
 
     base = _sim(0)
-    sim = LatencySimulator(base.config, base.models, delays)
+    schedule = ConstantDelay(delays) if isinstance(delays, int) else delays
+    sim = Simulator(base.config, base.models, delays=schedule)
     sim.run(events)
     return sim
 
