@@ -119,6 +119,14 @@ class FeatureReader:
         if isinstance(store, Warmable):  # connect now, not inside the first lookup's deadline
             store.warm()
         decode_many([_probe_value(self.config.dim)], self.config.dim)  # first-call costs, too
+        if states is not None:  # the decoder's first run (session set-up) before any deadline
+            self._warm_decoder(states)
+
+    def _warm_decoder(self, states: StateDecoder) -> None:
+        try:
+            states.decode(np.zeros(1, np.int64), np.zeros((1, states.width), np.float32))
+        except Exception:  # a broken decoder shows in lookups (counted), not here
+            log.warning("state decoder warm-up failed", exc_info=True)
 
     def lookup(
         self,

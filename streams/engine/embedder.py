@@ -173,7 +173,8 @@ class Embedder:
             raise ValueError(f"the model returned {vectors.shape[0]} vectors for {n} pairs")
         self.stats.pairs += n
         self.stats.batches += 1
-        raw = np.ascontiguousarray(vectors, dtype=self.dtype.numpy)
+        with np.errstate(over="ignore"):  # an overflow is refused by the embed step's check
+            raw = np.ascontiguousarray(vectors, dtype=self.dtype.numpy)
         version, dim, dtype = self.model.model_version, int(raw.shape[1]), self.dtype.value
         buf, width = raw.tobytes(), raw.shape[1] * raw.itemsize
         keys = zip(

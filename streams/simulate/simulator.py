@@ -29,7 +29,7 @@ from streams.engine.models import EngineModels
 from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
-from streams.engine.steps.embed import EmbedInput, embed_input
+from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
 from streams.engine.steps.state import user_states
@@ -92,6 +92,8 @@ class Simulator:
             config.neighbours.growth_factor,
         )
         self.requests = 0
+        #: verified messages whose FM output was not finite (live: dead-lettered)
+        self.refused_outputs = 0
         self.coverage = CoverageCounter()
         self.labelled = CoverageCounter()
         self.speculation = SpeculationLedger(horizon_ms=2 * config.pair_ttl_ms)
@@ -169,7 +171,13 @@ class Simulator:
         if res.out is None:
             return
         item = embed_input(None, res.out)
-        embeddings = self.stages.embedder.embed(item.pairs, item.histories)
+        # the live embed agent's path (message → FM inputs → records) and its output check: a
+        # message whose vectors are not finite in the stored dtype is refused whole (live: it
+        # is dead-lettered alone) and nothing of it is stored
+        embeddings = self.stages.embedder.embed_messages([item.batch], [item.history])
+        if nonfinite_output(item, embeddings) is not None:
+            self.refused_outputs += 1
+            return
         self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
         self._write_state(item)
         self.speculation.on_embedded(len(embeddings))

@@ -155,7 +155,10 @@ def test_live_coverage_equals_simulator(live_run: dict[str, Any], bundle: Path) 
     live = live_run["summary"]
     assert live["requests"] == offline["requests"] == live_run["replay"].requests
     assert live["lookups"] == offline["lookups"]
-    assert live["reader_timeouts"] == 0, "the ranker's reads hit their deadline: not parity"
+    assert live["reader_timeouts"] == 0, (
+        f"the ranker's reads hit their deadline ({live['reader_timeouts']} lookups; read ms "
+        f"{live.get('read_ms')}): not parity"
+    )
     assert live["coverage"]["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["coverage"]["aggregate"] == pytest.approx(
         offline["coverage"]["aggregate"], abs=1e-9

@@ -226,3 +226,35 @@ def test_sweep_rows_per_ttl_budget_and_selector(
         row = {r["selector"]: r for r in out["rows"] if r["ttl_ms"] == ttl}
         assert row["foresight"]["cumulative"]["exact"] >= row["random"]["cumulative"]["exact"]
         assert row["foresight"]["efficiency"] <= 1.0 + 1e-9
+
+
+def test_a_message_whose_fm_output_is_not_finite_is_refused_whole_like_live(
+    events: list[RequestEvent | ImpressionEvent],
+) -> None:
+    """The simulator applies the live embed step's output check: a user whose FM output
+    overflows float16 gets nothing stored (live dead-letters the message), every other user's
+    pairs are stored exactly as in a run without that user's overflow."""
+    import numpy as np
+
+    from tests.fakes import FakeFM
+
+    bad_user = next(e.user_id for e in events if isinstance(e, RequestEvent))
+
+    class OverflowFM(FakeFM):
+        def embed(self, user_ids, item_ids, event_time_ms, histories):  # type: ignore[no-untyped-def]
+            emb, logit = super().embed(user_ids, item_ids, event_time_ms, histories)
+            emb[np.asarray(user_ids) == bad_user] = 1e6  # not finite as float16
+            return emb, logit
+
+    cfg = config(use_neighbours=False)
+    plain = Simulator(cfg, models())
+    plain.run(events)
+    bad = Simulator(cfg, dataclasses.replace(models(), fm=OverflowFM(DIM)))
+    bad.run(events)
+    assert bad.refused_outputs > 0 and plain.refused_outputs == 0
+    tag = f":{{u{bad_user}}}:".encode()
+    stored_bad = {k: v for k, (_, v) in bad.store._data.items()}
+    stored_plain = {k: v for k, (_, v) in plain.store._data.items()}
+    assert not [k for k in stored_bad if tag in k and (b":p:" in k or k.endswith(b":agg"))]
+    others = {k: v for k, v in stored_plain.items() if tag not in k and b":nb" not in k}
+    assert others == {k: v for k, v in stored_bad.items() if tag not in k and b":nb" not in k}

@@ -114,7 +114,7 @@ def test_state_is_decoded_for_every_candidate_without_an_exact_pair(store: InMem
     np.testing.assert_allclose(vectors[0], np.full(DIM, 0.5), rtol=1e-3)
     want = decode_ref(np.array([11, 12]), np.tile([2.0, 30.0, 1.0], (2, 1)))
     np.testing.assert_allclose(vectors[1:], want, rtol=1e-6)
-    assert dec.decoded == 2  # the exact candidate is not decoded
+    assert dec.decoded == 1 + 2  # the warm-up row, then the two; the exact one is not decoded
     # without a decoder the same store serves the aggregate (the state key is not even read)
     _, tiers, _ = reader(store, None).lookup(1, [10, 11], T0 + 1000)
     assert tiers.tolist() == [Tier.EXACT, Tier.AGGREGATE]
