@@ -26,6 +26,7 @@ from typing import Any
 
 import faust
 
+from streams.engine.state import CODECS
 from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.kafka_security import faust_credentials
 from streams.live import faust_commits, faust_fastpath
@@ -41,7 +42,7 @@ ROLES = ("history", "speculate", "verify", "embed", "aggregate", "neighbours")
 #: ``neighbours`` runs inside the requests agent (it needs the event-time clock of requests).
 STATEFUL = frozenset(ROLES) - {"embed"}
 TOPICS = ("requests", "impressions", "speculated", "verified", "embeddings", "dead-letter")
-TABLES = ("history", "ledger", "aggregates", "reps")
+TABLES = tuple(CODECS)  #: one Faust table per per-user state (streams.engine.state)
 
 
 def app_id(settings: Settings, roles: Iterable[str]) -> str:

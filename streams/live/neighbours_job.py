@@ -18,7 +18,8 @@ from typing import Any
 
 from store.values import version_tag
 from streams.engine.neighbours import RefreshClock, fresh_users, refresh
-from streams.engine.steps.speculate import SavedRep, restore_representation
+from streams.engine.state import REPS, aggregate_newest_ms
+from streams.engine.steps.speculate import restore_representation
 from streams.live import metrics
 from streams.live.components import Components
 from streams.live.knn_snapshot import publish_snapshot
@@ -56,13 +57,14 @@ class NeighbourRefresher:
         if not self._restored:  # after a restart the in-memory state comes back from the tables
             before = reps.foreign
             for u, v in reps_table.items():
-                saved = SavedRep.from_json(v)
+                saved = REPS.load(v)
                 if saved is not None and not reps.has(int(u)):
                     restore_representation(reps, int(u), saved)
             metrics.count_foreign_resets(reps.foreign - before, "representation")
             for u, v in aggregates.items():
-                if v:
-                    self.parts.aggregate_times.setdefault(int(u), int(v["n"]))
+                newest = aggregate_newest_ms(v)
+                if newest is not None:
+                    self.parts.aggregate_times.setdefault(int(u), newest)
             self._restored = True
         since = self.clock.start(t, len(self.parts.aggregate_times))
         horizon = s.neighbour_aggregate_ttl_ms

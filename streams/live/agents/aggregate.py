@@ -19,6 +19,7 @@ import faust
 
 from schemas.records import EmbeddingBatch, UserAggregate
 from streams.engine.aggregator import AggregateState
+from streams.engine.state import AGGREGATES
 from streams.live import metrics
 from streams.live.agents.context import AgentContext, as_current
 from streams.live.retry import write_with_retry
@@ -38,7 +39,7 @@ def register(ctx: AgentContext) -> None:
             async with ctx.processing(event):
                 _, state = states.get(rec.user_id) or (
                     None,
-                    AggregateState.from_json(table.get(rec.user_id)),
+                    AGGREGATES.load(table.get(rec.user_id)),
                 )
                 stale = aggregator.stale_dropped
                 agg = aggregator.add(state, rec.pairs())
@@ -60,7 +61,7 @@ def register(ctx: AgentContext) -> None:
                 parts.aggregate_times[agg.user_id] = agg.event_time_ms
         for user, (event, state) in states.items():
             with as_current(event):
-                table[user] = state.to_json()
+                table[user] = AGGREGATES.dump(state)
 
     @ctx.app.agent(ctx.topics["embeddings"], concurrency=1, name="aggregate")
     async def on_embeddings(stream: faust.StreamT) -> None:

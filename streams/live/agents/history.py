@@ -11,10 +11,11 @@ import faust
 from schemas.records import ImpressionEvent
 from store.history_values import encode_history
 from streams.engine.ranker import reads_history
+from streams.engine.state import HISTORY
 from streams.engine.steps.history import observe_impression
 from streams.live.agents.context import AgentContext
 from streams.live.retry import write_with_retry
-from streams.live.state import BatchState, history_from_table, history_to_table
+from streams.live.state import BatchState
 
 
 def register(ctx: AgentContext) -> None:
@@ -26,7 +27,7 @@ def register(ctx: AgentContext) -> None:
 
     async def on_batch(events: list[Any]) -> None:
         """Every impression in event order; each user's history is written once per batch."""
-        state = BatchState(history, history_from_table, history_to_table)
+        state = BatchState(history, HISTORY.load, HISTORY.dump)
         for event in events:
             rec = await ctx.admitted(event, ImpressionEvent)
             if rec is None:

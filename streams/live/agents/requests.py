@@ -12,15 +12,12 @@ from typing import Any
 import faust
 
 from schemas.records import RequestEvent
-from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
+from streams.engine.state import REPS
+from streams.engine.steps.speculate import observe_representation, speculate
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
 from streams.live.neighbours_job import NeighbourRefresher
 from streams.live.state import BatchState, history_from_table, ledger_from_table
-
-
-def _saved_rep_to_json(rep: SavedRep | None) -> Any:
-    return None if rep is None else rep.to_json()
 
 
 class RequestsBatch:
@@ -31,7 +28,7 @@ class RequestsBatch:
         t = ctx.tables
         self.history = BatchState(t["history"], history_from_table)
         self.ledger = BatchState(t["ledger"], ledger_from_table)
-        self.reps = BatchState(t["reps"], SavedRep.from_json, _saved_rep_to_json)
+        self.reps = BatchState(t["reps"], REPS.load, REPS.dump)
         self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
 
     def save(self, proposals: Any) -> None:

@@ -1,0 +1,89 @@
+"""Every per-user state the engine keeps between events, and the one codec of each.
+
+The live workers keep these in Faust tables (JSON values; object keys are strings, so maps with
+integer keys are stored as lists of pairs), the neighbour job restores them from the same tables
+after a restart, and the simulator keeps the decoded values in dicts. One :class:`StateCodec` per
+table, used by all of them, so a value written by one reader is read the same way by the others
+(the neighbour job used to decode the representation and aggregate JSON by hand).
+
+| table | value | codec |
+|---|---|---|
+| ``history`` | the user's recent impressions ``[(item, label, time)]`` | :data:`HISTORY` |
+| ``ledger`` | pairs sent to the FM and the requests verified | :data:`LEDGER` |
+| ``aggregates`` | the rolling aggregate's buckets (:class:`AggregateState`) | :data:`AGGREGATES` |
+| ``reps`` | the neighbour representation (:class:`SavedRep`) | :data:`REPS` |
+
+Process-wide state that is not per user (the recurrence prior, the look-ahead counts) is
+rebuilt from traffic and not stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from streams.engine.aggregator import AggregateState
+from streams.engine.history import Entry
+from streams.engine.steps.speculate import SavedRep
+from streams.engine.steps.verify import VERIFIED_REQUESTS_KEPT, LedgerState
+
+V = TypeVar("V")
+
+
+def ledger_from_table(value: Any) -> LedgerState:
+    """The user's ledger (old list-only values, pairs without request ids, are still read)."""
+    if isinstance(value, dict):
+        pairs, requests = value.get("pairs", []), value.get("requests", [])
+    else:
+        pairs, requests = value or [], []
+    return LedgerState({int(i): int(t) for i, t in pairs}, [str(r) for r in requests])
+
+
+def ledger_to_table(ledger: LedgerState) -> dict[str, Any]:
+    return {
+        "pairs": [[i, t] for i, t in ledger.pairs.items()],
+        "requests": ledger.requests[-VERIFIED_REQUESTS_KEPT:],
+    }
+
+
+def history_from_table(value: Any) -> list[Entry]:
+    return [(int(i), int(lab), int(t)) for i, lab, t in (value or [])]
+
+
+def history_to_table(entries: list[Entry]) -> list[list[int]]:
+    return [list(e) for e in entries]
+
+
+def _rep_to_table(rep: SavedRep | None) -> Any:
+    return None if rep is None else rep.to_json()
+
+
+def _aggregate_to_table(state: AggregateState) -> dict[str, Any]:
+    return state.to_json()
+
+
+def aggregate_newest_ms(value: Any) -> int | None:
+    """The newest event time of a stored aggregate state without decoding its buckets (the
+    neighbour job reads it for every user on restart); None for a user never seen."""
+    return int(value["n"]) if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class StateCodec(Generic[V]):
+    """A table's name and its value codec (``load`` accepts None: a user never seen)."""
+
+    table: str
+    load: Callable[[Any], V]
+    dump: Callable[[V], Any]
+
+
+HISTORY: StateCodec[list[Entry]] = StateCodec("history", history_from_table, history_to_table)
+LEDGER: StateCodec[LedgerState] = StateCodec("ledger", ledger_from_table, ledger_to_table)
+AGGREGATES: StateCodec[AggregateState] = StateCodec(
+    "aggregates", AggregateState.from_json, _aggregate_to_table
+)
+REPS: StateCodec[SavedRep | None] = StateCodec("reps", SavedRep.from_json, _rep_to_table)
+
+#: every table of per-user state, by name (the workers create exactly these)
+CODECS: dict[str, StateCodec[Any]] = {c.table: c for c in (HISTORY, LEDGER, AGGREGATES, REPS)}
