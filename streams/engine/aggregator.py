@@ -23,6 +23,7 @@ import numpy as np
 
 from schemas.records import PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
+from streams.engine.errors import StepError
 
 log = logging.getLogger(__name__)
 #: versions a state remembers having left (an upgrade and a rollback or two)
@@ -86,7 +87,7 @@ class AggregateState:
 
 
 def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> None:
-    """Refuse (``ValueError``) an embedding of the worker's own FM version whose dim is not that
+    """Refuse (:class:`StepError`) an embedding of the worker's own FM version whose dim is not that
     FM's output dim: it cannot come from that model, and folded into a new user's buckets it
     would be stored as an aggregate every reader discards as corrupt.
 
@@ -97,7 +98,7 @@ def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> N
     user's aggregate until more of that version arrive.
     """
     if version == own_version and dim != own_dim:
-        raise ValueError(
+        raise StepError(
             f"embedding of dim {dim} for model version {version!r}, whose FM outputs {own_dim}"
         )
 
@@ -132,7 +133,7 @@ class RollingAggregator:
                 continue
             dim = next(iter(state.buckets.values()))[1].shape[0] if state.buckets else emb.dim
             if emb.dim != dim:
-                raise ValueError(
+                raise StepError(
                     f"embedding of dim {emb.dim} for user {emb.user_id}'s {dim}-dim aggregate "
                     f"(model version {emb.model_version})"
                 )

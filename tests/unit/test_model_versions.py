@@ -158,7 +158,9 @@ def test_both_drivers_refuse_an_own_version_embedding_of_another_dim() -> None:
     own = FakeFM.model_version
     wide = PairEmbedding.from_array(1, 10, T0, own, np.ones(2 * DIM, np.float32))
     state = AggregateState()
-    with pytest.raises(ValueError, match="whose FM outputs"):
+    from streams.engine.errors import StepError
+
+    with pytest.raises(StepError, match="whose FM outputs"):
         stages.aggregator.add(state, [pair(1, 11, T0, 1.0, own), wide])
     assert not state.buckets and not state.seen  # refused before anything was folded in
     other = PairEmbedding.from_array(1, 10, T0, "fm-next", np.ones(2 * DIM, np.float32))

@@ -23,6 +23,7 @@ import numpy as np
 from models.errors import InferenceError, InputError
 from schemas.records import EmbeddingBatch, PairEmbedding, PairProposal, ProposalBatch
 from schemas.vectors import VectorDtype
+from streams.engine.errors import StepError
 from streams.engine.history import UserHistory
 
 E = TypeVar("E")  #: the caller's handle of a message (a Faust event)
@@ -60,13 +61,16 @@ EmbedFn = Callable[[list[EmbedInput[Any]]], Awaitable[list[PairEmbedding]]]
 
 
 def embed_input(event: E, b: ProposalBatch) -> EmbedInput[E]:
-    """Validate ``b`` and build its FM inputs; raises ``ValueError`` (or the history's
-    ``InputError``) naming what is wrong."""
+    """Validate ``b`` and build its FM inputs; raises :class:`StepError` naming what is
+    wrong."""
     if len(b.item_ids) != len(b.strategies):
-        raise ValueError(f"{len(b.item_ids)} items but {len(b.strategies)} strategies")
+        raise StepError(f"{len(b.item_ids)} items but {len(b.strategies)} strategies")
     if not set(b.history_labels) <= {0, 1}:
-        raise ValueError(f"history labels must be 0 or 1, got {sorted(set(b.history_labels))}")
-    hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)  # sorted times
+        raise StepError(f"history labels must be 0 or 1, got {sorted(set(b.history_labels))}")
+    try:
+        hist = UserHistory.of(b.history_items, b.history_labels, b.history_times_ms)
+    except InputError as exc:  # e.g. times not oldest first
+        raise StepError(f"bad history: {exc}") from exc
     return EmbedInput(event, b, hist)
 
 
@@ -155,14 +159,14 @@ def _finite(vectors: Sequence[PairEmbedding]) -> bool:
     return bool(np.isfinite(raw).all())
 
 
-def nonfinite_output(item: EmbedInput[Any], mine: Sequence[PairEmbedding]) -> ValueError | None:
+def nonfinite_output(item: EmbedInput[Any], mine: Sequence[PairEmbedding]) -> StepError | None:
     """The error for a message whose FM output is not finite (a value that does not fit the
     stored dtype, or NaN), or None if it is finite: the message is dead-lettered alone."""
     if _finite(mine):
         return None
     bad = [e.item_id for e in mine if not _finite([e])]
     dtype = mine[0].dtype
-    return ValueError(
+    return StepError(
         f"FM output is not finite (NaN or infinity as {dtype}) for request "
         f"{item.batch.request_id!r}, items {bad[:10]} ({len(bad)} of {len(mine)} pairs, "
         f"model version {mine[0].model_version})"
