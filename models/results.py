@@ -113,9 +113,9 @@ def _row(name: str, report: dict[str, Any]) -> str:
 
 HEADER = (
     "| data | NE vm (fair / id-only) | NE fm | FM gain over vm [95 % CI] "
-    "| NE gain over vm: kd / served / served with state tier | TR kd (tuned) "
+    "| NE gain over vm: kd / served / offline state swap | TR kd (tuned) "
     "| TR served | h [95 % CI] | NE(kd) − NE(served) [paired 95 % CI] "
-    "| state tier: h [95 % CI] | state tier: NE(kd) − NE(served) [paired 95 % CI] "
+    "| offline state swap: h [95 % CI] | offline state swap: NE(kd) − NE(served) [paired 95 % CI] "
     "| within-tier TR: aggregate / item / state | commit |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
