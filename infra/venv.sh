@@ -12,8 +12,21 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}
 PY=${SOLARIS_BOOTSTRAP_PYTHON:-python3.11}
 EXTRAS=${SOLARIS_EXTRAS:-cpu,train,dev,aerospike}
+DIST=solaris-recsys  # pyproject's [project] name
 
 command -v "$PY" >/dev/null || { echo "[venv] $PY not found: install Python 3.11" >&2; exit 1; }
+
+# Setup never deletes what it did not create: a ./.venv this script did not make (no marker, no
+# link to the shared venv) is refused, not replaced.
+OVERLAY="$ROOT/.venv"
+ours_overlay() {
+  [ -f "$OVERLAY/.solaris-overlay" ] && return 0
+  compgen -G "$OVERLAY/lib/python*/site-packages/_solaris_shared_venv.pth" >/dev/null
+}
+if [ -e "$OVERLAY" ] && [ ! -L "$OVERLAY" ] && ! ours_overlay; then
+  echo "[venv] $OVERLAY exists and was not made by infra/venv.sh: move it away (nothing was deleted)" >&2
+  exit 1
+fi
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$pyver" = "3.11" ] || { echo "[venv] need Python 3.11, $PY is $pyver" >&2; exit 1; }
 
@@ -39,16 +52,17 @@ if [ ! -f "$VENV/.complete" ]; then
   # Install dependencies only (from the project metadata); the project itself is installed
   # editable below, per clone.
   "$VENV/bin/pip" install "${constraint[@]}" "${ROOT}[${EXTRAS}]"
-  "$VENV/bin/pip" uninstall -q -y solaris
+  "$VENV/bin/pip" uninstall -q -y "$DIST"
   touch "$VENV/.complete"
 else
   echo "[venv] reusing $VENV"
 fi
 touch "$VENV/.last-used"
 # Each venv holds several GB (torch): drop the ones no clone has set up for 14 days. Another
-# extras set in use (the GPU venv next to the CPU one) or another branch's lock stays.
+# extras set in use (the GPU venv next to the CPU one) or another branch's lock stays, and so
+# does anything this script did not build (no .complete marker).
 for old in "$CACHE"/venv-*; do
-  [ "$old" != "$VENV" ] && [ -d "$old" ] || continue
+  [ "$old" != "$VENV" ] && [ -d "$old" ] && [ -f "$old/.complete" ] || continue
   marker="$old/.last-used"
   [ -e "$marker" ] || marker="$old"
   if [ -n "$(find "$marker" -maxdepth 0 -mtime +14 2>/dev/null)" ]; then
@@ -59,20 +73,26 @@ done
 
 # An editable install left in the shared venv by the old layout would shadow nothing (the
 # clone's own comes first) but would still point at some clone: drop it.
-if "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("solaris")' 2>/dev/null; then
-  "$VENV/bin/pip" uninstall -q -y solaris
-fi
+for dist in "$DIST" solaris; do  # "solaris": the distribution's name before the rename
+  if "$VENV/bin/python" -c "import importlib.metadata as m; m.version('$dist')" 2>/dev/null; then
+    "$VENV/bin/pip" uninstall -q -y "$dist"
+  fi
+done
 
-OVERLAY="$ROOT/.venv"
 [ -L "$OVERLAY" ] && rm -f "$OVERLAY"  # the old layout: a symlink to the shared venv
 if [ ! -x "$OVERLAY/bin/python" ]; then
-  rm -rf "$OVERLAY"
+  rm -rf "$OVERLAY"  # ours (checked above) but broken
   "$PY" -m venv --without-pip "$OVERLAY"
 fi
+touch "$OVERLAY/.solaris-overlay"
 site="$OVERLAY/lib/python$pyver/site-packages"
 shared_site="$VENV/lib/python$pyver/site-packages"
 # addsitedir also runs the shared site's own .pth files; the clone's site-packages stays first.
 echo "import site; site.addsitedir('$shared_site')" >"$site/_solaris_shared_venv.pth"
 # pip and setuptools come from the shared venv through that .pth.
+# the editable install under the distribution's old name ("solaris") would sit beside it
+if "$OVERLAY/bin/python" -c "import importlib.metadata as m; m.version('solaris')" 2>/dev/null; then
+  "$OVERLAY/bin/python" -m pip uninstall -q -y solaris
+fi
 "$OVERLAY/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT"
 echo "[venv] ready: $OVERLAY (this clone) on $VENV (dependencies)"

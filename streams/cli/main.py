@@ -49,7 +49,7 @@ def _print_version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
-        typer.echo(f"solaris {version('solaris')}")
+        typer.echo(f"solaris {version('solaris-recsys')}")  # the distribution's name
         raise typer.Exit()
 
 

@@ -67,12 +67,16 @@ def test_setup_keeps_other_venvs_in_use_and_drops_long_unused_ones() -> None:
         pytest.skip("no .venv in this clone (run `make setup`)")
     cache = Settings().cache_dir
     in_use, unused = cache / "venv-test-in-use", cache / "venv-test-unused"
+    foreign = cache / "venv-test-not-ours"  # no .complete: not built by infra/venv.sh
     try:
-        for venv in (in_use, unused):
+        for venv in (in_use, unused, foreign):
             venv.mkdir(parents=True, exist_ok=True)
             (venv / ".last-used").touch()
+        for venv in (in_use, unused):
+            (venv / ".complete").touch()
         month_ago = time.time() - 30 * 86_400
-        os.utime(unused / ".last-used", (month_ago, month_ago))
+        for venv in (unused, foreign):
+            os.utime(venv / ".last-used", (month_ago, month_ago))
         done = subprocess.run(
             ["bash", str(REPO_ROOT / "infra" / "venv.sh")],
             capture_output=True,
@@ -83,6 +87,23 @@ def test_setup_keeps_other_venvs_in_use_and_drops_long_unused_ones() -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         assert in_use.is_dir(), "a venv used yesterday was removed"
         assert not unused.exists(), "a venv unused for a month was kept"
+        assert foreign.is_dir(), "setup deleted a folder it did not create"
     finally:
-        shutil.rmtree(in_use, ignore_errors=True)
-        shutil.rmtree(unused, ignore_errors=True)
+        for venv in (in_use, unused, foreign):
+            shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_setup_refuses_a_dot_venv_it_did_not_make(tmp_path: Path) -> None:
+    """A clone whose ./.venv is someone else's (no marker, no link to the shared venv) is left
+    alone: setup exits with a message instead of deleting or installing into it."""
+    other = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(other)], check=True, timeout=120)
+    theirs = other / ".venv"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    done = subprocess.run(
+        ["bash", str(other / "infra" / "venv.sh")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "not made by infra/venv.sh" in done.stderr
+    assert (theirs / "notes.txt").read_text() == "mine" and len(list(theirs.iterdir())) == 1

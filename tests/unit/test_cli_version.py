@@ -12,4 +12,4 @@ from streams.cli.main import app
 def test_version_flag() -> None:
     out = CliRunner().invoke(app, ["--version"])
     assert out.exit_code == 0
-    assert out.stdout.strip() == f"solaris {version('solaris')}"
+    assert out.stdout.strip() == f"solaris {version('solaris-recsys')}"

@@ -73,9 +73,9 @@ def test_base_and_train_pull_in_no_onnxruntime() -> None:
 def test_cpu_and_gpu_are_separate_extras_with_one_runtime_each() -> None:
     assert ort_in(EXTRAS["cpu"]) == {"onnxruntime"}
     assert ort_in(EXTRAS["gpu"]) == {"onnxruntime-gpu"}
-    # neither extra drags in the other (e.g. through "solaris[cpu]")
+    # neither extra drags in the other (e.g. through "solaris-recsys[cpu]")
     for extra in ("cpu", "gpu"):
-        assert "solaris" not in names(EXTRAS[extra]), extra
+        assert "solaris-recsys" not in names(EXTRAS[extra]), extra
 
 
 def test_installers_pick_exactly_one_runtime_extra() -> None:
