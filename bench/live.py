@@ -17,10 +17,9 @@ from pathlib import Path
 import redis
 
 from bench.common import delete_keys, run_id
-from schemas.codec import Codec
-from schemas.limits import Limits
 from schemas.records import ProposalBatch
 from streams.app.demo import Children, solaris_cmd
+from streams.codecs import make_codec
 from streams.kafka_clients import make_producer
 from streams.lag import wait_for_groups
 from streams.run_cleanup import delete_run
@@ -113,7 +112,7 @@ class LiveRun:
 
     def produce_verified(self, messages: list[ProposalBatch]) -> float:
         """Write ``messages`` to the ``verified`` topic (keyed by user); returns the seconds taken."""
-        codec = Codec(Limits(max_candidates=self.settings.max_candidates))
+        codec = make_codec(self.settings)
         producer = make_producer(
             self.settings, {"linger.ms": 5, "queue.buffering.max.messages": 500_000}
         )

@@ -116,10 +116,13 @@ PYEOF
 }
 
 # wait_ready TIMEOUT_S [PID] : until GET /subjects answers (2 when PID died, 1 on timeout).
+# PID is the process just started (or one running_pid verified), so only its death is checked:
+# right after `nohup setsid java &` its command line is still nohup's or setsid's until they
+# exec the JVM, and a command-line check there reported a live registry as dead under load.
 wait_ready() {
   local deadline=$((SECONDS + $1))
   while (( SECONDS < deadline )); do
-    if [[ -n "${2:-}" ]] && ! is_our_registry "$2"; then
+    if [[ -n "${2:-}" ]] && ! proc_alive "$2"; then
       return 2
     fi
     http GET /subjects >/dev/null 2>&1 && return 0

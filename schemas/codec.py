@@ -1,7 +1,8 @@
 """Binary codec for Kafka messages: a 5-byte header + an Avro (schemaless) body.
 
-Header: magic byte ``0x00`` then the schema's wire id as a big-endian uint32 (the Confluent
-wire-format layout, so a schema registry can be adopted later without re-encoding). No pickle.
+Header: magic byte ``0x00`` then the schema's wire id as a big-endian uint32: the Confluent wire
+format. The ids are the private ones of :mod:`schemas.registry` (offline fallback) or, with
+``schemas.remote_registry.RemoteSchemas``, the ids a schema registry assigned. No pickle.
 Every decode validates: header, Avro body (fully consumed), then field rules.
 """
 
@@ -17,7 +18,7 @@ import fastavro
 from schemas.errors import BadHeader, DecodeError, InvalidField, SchemaError, WrongRecordType
 from schemas.limits import Limits
 from schemas.records import EmbeddingBatch, NeighbourList, ProposalBatch, RequestEvent
-from schemas.registry import SchemaSet, default_schemas
+from schemas.registry import SchemaSource, default_schemas
 from schemas.validation import validate
 
 MAGIC = 0
@@ -43,9 +44,9 @@ _TUPLE_FIELDS: dict[type, tuple[str, ...]] = {
 class Codec:
     """Encode and decode SOLARIS records. Thread-safe; holds no per-message state."""
 
-    def __init__(self, limits: Limits | None = None, schemas: SchemaSet | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, schemas: SchemaSource | None = None) -> None:
         self.limits = limits or Limits()
-        self.schemas = schemas or default_schemas()
+        self.schemas: SchemaSource = schemas or default_schemas()
 
     def encode(self, record: Any) -> bytes:
         """Validate and encode ``record``; raises :class:`SchemaError` subclasses."""

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 
@@ -85,6 +85,18 @@ def entry_for(wire_id: int) -> SchemaEntry:
         if entry.wire_id == wire_id:
             return entry
     raise UnknownSchema(f"unknown schema id {wire_id} (known: {[e.wire_id for e in ENTRIES]})")
+
+
+class SchemaSource(Protocol):
+    """What a :class:`schemas.codec.Codec` asks of its schemas, per message (dict lookups):
+    :class:`SchemaSet` (the private ids) or ``schemas.remote_registry.RemoteSchemas`` (ids
+    assigned by a Confluent-compatible schema registry)."""
+
+    def entry(self, wire_id: int) -> SchemaEntry: ...
+
+    def schema(self, wire_id: int) -> Any: ...
+
+    def reader_id(self, record_type: type) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from schemas.codec import Codec
 from schemas.errors import SchemaError
-from schemas.limits import Limits
 from schemas.records import DeadLetter
+from streams.codecs import make_codec
 from streams.settings import Settings
 
 #: what each dead-letter reason means and what usually fixes it
@@ -62,7 +61,7 @@ def decode_all(
 ) -> tuple[list[Found], int]:
     """Decode ``(partition, offset, value)`` of the dead-letter topic; also counts undecodable
     ones (never expected: only our consumers write there)."""
-    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    codec = make_codec(settings)
     found: list[Found] = []
     bad = 0
     for partition, offset, value in raw:

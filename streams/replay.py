@@ -17,9 +17,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from schemas.codec import Codec
-from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
+from streams.codecs import make_codec
 from streams.errors import KafkaUnavailable
 from streams.kafka_clients import make_consumer, make_producer
 from streams.settings import Settings
@@ -71,7 +70,7 @@ def replay_events(
     progress: Progress | None = None,
 ) -> ReplayStats:
     """Produce ``events`` to the requests/impressions topics; returns counts and wall time."""
-    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    codec = make_codec(settings)
     producer = _producer(settings)
     topics = {
         RequestEvent: settings.topic("requests"),

@@ -171,6 +171,14 @@ class Settings(BaseSettings):
     kafka_ssl_keyfile: Path | None = Field(
         None, description="PEM private key of kafka_ssl_certfile (unencrypted)."
     )
+    schema_registry_url: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="Confluent-compatible schema registry (e.g. `infra/schema_registry.sh url`): "
+        "every producer and consumer encodes with the ids it assigns, one subject per topic "
+        "(`<topic>-value`), registered and compatibility-checked at startup. Empty = the private "
+        "ids of schemas/registry.py (offline fallback). See docs/schema-registry.md.",
+    )
     topic_prefix: str = Field("solaris", description="Prefix of every topic name.")
     topic_partitions: int = Field(4, ge=1, description="Partitions of each SOLARIS topic.")
     topic_replication: int = Field(1, ge=1, description="Replication factor of created topics.")

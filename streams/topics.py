@@ -13,6 +13,13 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas.records import (
+    DeadLetter,
+    EmbeddingBatch,
+    ImpressionEvent,
+    ProposalBatch,
+    RequestEvent,
+)
 from streams.errors import KafkaUnavailable, TopicLayoutError
 from streams.kafka_clients import make_admin
 from streams.settings import Settings
@@ -29,6 +36,17 @@ TOPICS: tuple[str, ...] = (
     "scores",
     "dead-letter",
 )
+
+#: The record type of each Avro topic (``scores`` carries JSON): one schema-registry subject
+#: per topic, ``<full topic>-value`` (docs/schema-registry.md).
+TOPIC_RECORDS: dict[str, type] = {
+    "requests": RequestEvent,
+    "impressions": ImpressionEvent,
+    "speculated": ProposalBatch,
+    "verified": ProposalBatch,
+    "embeddings": EmbeddingBatch,
+    "dead-letter": DeadLetter,
+}
 
 
 @dataclass(frozen=True, slots=True)

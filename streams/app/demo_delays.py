@@ -23,11 +23,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-from schemas.codec import Codec
 from schemas.errors import SchemaError
-from schemas.limits import Limits
 from schemas.records import EmbeddingBatch, ProposalBatch
 from streams.app.demo_offline import MeasuredDelays
+from streams.codecs import make_codec
 from streams.kafka_clients import make_consumer
 from streams.settings import Settings
 
@@ -103,7 +102,7 @@ class ArrivalRecorder:
         self.replay_clock = replay_clock
         self.clock_ms = 0  #: event time of the newest request the ranker had scored
         self.arrivals = Arrivals()
-        self._codec = Codec(Limits(max_candidates=settings.max_candidates))
+        self._codec = make_codec(settings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -26,6 +26,7 @@ from typing import Any
 import aiokafka.errors
 import confluent_kafka
 
+from schemas.remote_registry import RegistryUnavailable
 from store.errors import StoreRefused
 from streams.engine.steps.embed import ModelUnavailable
 from streams.live.metrics import AGENT_BATCH_RETRIES
@@ -39,6 +40,7 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
     DeliveryFailed,
     ModelUnavailable,  # the FM failed on every message of a group: the model's fault, not theirs
     StoreRefused,  # the store refused a write (NOPERM, OOM, ...): not retried in place
+    RegistryUnavailable,  # a new schema id seen while the schema registry is unreachable
 )
 #: exit status of a worker that gave up on a batch (EX_TEMPFAIL: try again later)
 EXIT_STUCK = 75

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from schemas.codec import Codec
-from schemas.limits import Limits
 from store.protocol import FeatureStore
+from streams.codecs import make_codec
 from streams.engine.config import EngineConfig
 from streams.engine.models import EngineModels
 from streams.engine.stages import build_stages
@@ -21,7 +20,7 @@ class Components:
         self.config = cfg
         self.models = models
         self.store = store
-        self.codec = Codec(Limits(max_candidates=settings.max_candidates))
+        self.codec = make_codec(settings)
         # The recurrence prior is fed by the requests agent and read by the verify agent of the
         # same worker (same partitions), in the simulator's order.
         self.stages = build_stages(

@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from models.metrics import normalized_entropy, transfer_ratio, user_bootstrap
-from schemas.codec import Codec
 from schemas.errors import SchemaError
-from schemas.limits import Limits
 from schemas.records import ImpressionEvent
+from streams.codecs import make_codec
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import HistoryBook, UserHistory
 from streams.settings import Settings
@@ -172,7 +171,7 @@ def read_scores(settings: Settings) -> dict[str, ServedScores]:
 def read_impressions(settings: Settings) -> list[ImpressionEvent]:
     """The valid impressions of the ``impressions`` topic in event-time order (the per-user
     order of the topic is kept for equal times: one user's events share a partition)."""
-    codec = Codec(Limits(max_candidates=settings.max_candidates))
+    codec = make_codec(settings)
     out: list[ImpressionEvent] = []
     for msg in read_topic(settings, settings.topic("impressions")):
         try:

@@ -29,12 +29,11 @@ import numpy as np
 import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from schemas.codec import Codec
 from schemas.errors import SchemaError
-from schemas.limits import Limits
 from schemas.records import ImpressionEvent, RequestEvent
 from store.reader import FeatureReader
 from store.tiers import TIER_NAMES
+from streams.codecs import make_codec
 from streams.engine.config import neighbour_config
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.neighbours import ItemVectors, NeighbourIndex
@@ -80,7 +79,7 @@ class RankerService:
         self.quality = QualityMeter()
         self.items = items
         self.options = options
-        self.codec = Codec(Limits(max_candidates=settings.max_candidates))
+        self.codec = make_codec(settings)
         self.coverage = CoverageCounter()
         self.speculation = SpeculationLedger(horizon_ms=2 * settings.pair_ttl_ms)
         #: read latencies of the newest requests (bounded: a ranker runs for weeks)
