@@ -4,9 +4,12 @@
 #   infra/redis.sh start|stop|status
 #   infra/redis.sh cluster-start|cluster-stop|cluster-status
 #
-# cluster-*: a local Redis Cluster of masters without replicas (one redis-server per port,
-# created with `redis-cli --cluster create ... --cluster-replicas 0`). For tests and development
-# only: no persistence, and cluster-stop deletes the nodes' dirs so the next start is a new cluster.
+# cluster-*: a local Redis Cluster, one redis-server per port, created with `redis-cli --cluster
+# create ... --cluster-replicas R`: by default 3 masters without replicas; with
+# SOLARIS_REDIS_CLUSTER_REPLICAS=1, 3 masters + 3 replicas (6 ports; cluster-start returns once
+# every replica's link to its master is up and its initial sync done; cluster-status lists the
+# roles). For tests and development only: no persistence, and cluster-stop deletes the nodes'
+# nodes.conf so the next start is a new cluster.
 #
 # Env knobs (defaults in brackets):
 #   SOLARIS_CACHE_DIR          [$HOME/.cache/solaris]
@@ -14,8 +17,12 @@
 #   SOLARIS_REDIS_DATA_DIR     [$SOLARIS_CACHE_DIR/run/redis-$PORT]  dir, pidfile, logfile
 #   SOLARIS_REDIS_START_TIMEOUT [20]   seconds to wait for PING
 #   SOLARIS_REDIS_STOP_TIMEOUT  [10]   seconds between SIGTERM and SIGKILL
-#   SOLARIS_REDIS_CLUSTER_PORTS ["7000 7001 7002"]  one master per port (at least 3)
+#   SOLARIS_REDIS_CLUSTER_REPLICAS [0]  replicas per master
+#   SOLARIS_REDIS_CLUSTER_PORTS ["7000 7001 7002"; with replicas 7000..7000+3*(1+R)-1]  one node
+#                               per port: at least 3 masters, (1 + R) nodes per master
 #   SOLARIS_REDIS_CLUSTER_DIR   [$SOLARIS_CACHE_DIR/run/redis-cluster]  one subdir per port
+#   SOLARIS_REDIS_CLUSTER_NODE_TIMEOUT_MS [5000]  cluster-node-timeout: a master unreachable this
+#                               long is marked failed and its replica promoted
 set -euo pipefail
 
 CACHE_DIR="${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}"
@@ -27,7 +34,14 @@ STOP_TIMEOUT="${SOLARIS_REDIS_STOP_TIMEOUT:-10}"
 PID_FILE="$DATA_DIR/redis.pid"
 LOG_FILE="$DATA_DIR/redis.log"
 OUT_FILE="$DATA_DIR/redis-start.out"
-CLUSTER_PORTS="${SOLARIS_REDIS_CLUSTER_PORTS:-7000 7001 7002}"
+CLUSTER_REPLICAS="${SOLARIS_REDIS_CLUSTER_REPLICAS:-0}"
+if [[ -n "${SOLARIS_REDIS_CLUSTER_PORTS:-}" ]]; then
+  CLUSTER_PORTS="$SOLARIS_REDIS_CLUSTER_PORTS"
+else
+  _replicas="${CLUSTER_REPLICAS//[^0-9]/}"  # validated in load_cluster_ports
+  CLUSTER_PORTS="$(seq -s ' ' 7000 $(( 7000 + 3 * (1 + ${_replicas:-0}) - 1 )))"
+fi
+CLUSTER_NODE_TIMEOUT_MS="${SOLARIS_REDIS_CLUSTER_NODE_TIMEOUT_MS:-5000}"
 CLUSTER_DIR="${SOLARIS_REDIS_CLUSTER_DIR:-$CACHE_DIR/run/redis-cluster}"
 # extra redis-server options of the node being started (cluster mode sets them)
 EXTRA_ARGS=()
@@ -161,13 +175,56 @@ use_node() {
   LOG_FILE="$DATA_DIR/redis.log"
   OUT_FILE="$DATA_DIR/redis-start.out"
   EXTRA_ARGS=(--cluster-enabled yes --cluster-config-file "$DATA_DIR/nodes.conf"
-              --cluster-node-timeout 5000)
+              --cluster-node-timeout "$CLUSTER_NODE_TIMEOUT_MS")
 }
 
 # Sets the global array PORTS from SOLARIS_REDIS_CLUSTER_PORTS.
 load_cluster_ports() {
+  [[ "$CLUSTER_REPLICAS" =~ ^[0-9]+$ ]] || die "SOLARIS_REDIS_CLUSTER_REPLICAS='$CLUSTER_REPLICAS' is not a count"
   read -r -a PORTS <<<"$CLUSTER_PORTS"
-  (( ${#PORTS[@]} >= 3 )) || die "a cluster needs at least 3 masters (SOLARIS_REDIS_CLUSTER_PORTS='$CLUSTER_PORTS')"
+  local per=$(( 1 + CLUSTER_REPLICAS ))
+  (( ${#PORTS[@]} >= 3 * per && ${#PORTS[@]} % per == 0 )) \
+    || die "$CLUSTER_REPLICAS replica(s) per master need a multiple of $per ports, at least $(( 3 * per )) (SOLARIS_REDIS_CLUSTER_PORTS='$CLUSTER_PORTS')"
+}
+
+info_field() {  # port section field -> value from INFO <section> (empty when unreachable)
+  redis-cli -h 127.0.0.1 -p "$1" info "$2" 2>/dev/null | tr -d '\r' | awk -F: -v f="$3" '$1 == f {print $2}'
+}
+
+# True when every replica among the ports has its master link up and no sync in progress.
+replicas_in_sync() {
+  local port
+  for port in "$@"; do
+    [[ "$(info_field "$port" replication role)" == "slave" ]] || continue
+    [[ "$(info_field "$port" replication master_link_status)" == "up" ]] || return 1
+    [[ "$(info_field "$port" replication master_sync_in_progress)" == "0" ]] || return 1
+  done
+}
+
+# True when the cluster has the expected number of masters and replicas (as seen from $1).
+roles_complete() {
+  local nodes masters replicas
+  nodes="$(redis-cli -h 127.0.0.1 -p "$1" cluster nodes 2>/dev/null)" || return 1
+  masters="$(awk '$3 ~ /master/ && $3 !~ /fail/' <<<"$nodes" | wc -l)"
+  replicas="$(awk '$3 ~ /slave/ && $3 !~ /fail/' <<<"$nodes" | wc -l)"
+  (( masters == $# / (1 + CLUSTER_REPLICAS) && replicas == $# - masters ))
+}
+
+cluster_ready() {  # ports... -> every node ok, every replica attached and in sync
+  cluster_ok_everywhere "$@" && roles_complete "$@" && replicas_in_sync "$@"
+}
+
+# One line per node: its port, role and (replicas) master and link state.
+show_roles() {
+  local port role
+  for port in "$@"; do
+    role="$(info_field "$port" replication role)"
+    if [[ "$role" == "slave" ]]; then
+      log "  127.0.0.1:$port replica of $(info_field "$port" replication master_host):$(info_field "$port" replication master_port), link $(info_field "$port" replication master_link_status)"
+    else
+      log "  127.0.0.1:$port ${role:-unreachable}"
+    fi
+  done
 }
 
 cluster_info_field() {  # port field -> value from CLUSTER INFO (empty when unreachable)
@@ -191,29 +248,41 @@ cmd_cluster_start() {
     cmd_start
     nodes+=("127.0.0.1:$port")
   done
-  if cluster_ok_everywhere "${ports[@]}"; then
+  if cluster_ready "${ports[@]}"; then
     log "cluster ready: ${nodes[*]}"
+    (( CLUSTER_REPLICAS == 0 )) || show_roles "${ports[@]}"
     return 0
   fi
+  local members=0
   for port in "${ports[@]}"; do
     assigned="$(cluster_info_field "$port" cluster_slots_assigned)"
-    [[ "$assigned" == "0" ]] || die "node 127.0.0.1:$port already belongs to a cluster that is not ok (slots assigned: ${assigned:-?}); run '$0 cluster-stop' first"
+    [[ "$assigned" == "0" ]] || members=$(( members + 1 ))
   done
-  log "creating a cluster of ${#nodes[@]} masters: ${nodes[*]}"
-  if ! redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
-      >"$CLUSTER_DIR/create.out" 2>&1; then
-    tail -n 20 "$CLUSTER_DIR/create.out" >&2
-    die "redis-cli --cluster create failed (full output: $CLUSTER_DIR/create.out)"
+  if (( members == ${#ports[@]} )); then
+    # every node knows the cluster (nodes.conf kept): a node was restarted, e.g. a killed master
+    # rejoining as a replica; wait for it to be ready instead of creating a new cluster
+    log "every node already belongs to the cluster; waiting for it to be ready"
+  elif (( members > 0 )); then
+    die "$members of ${#ports[@]} nodes already belong to a cluster that is not ok; run '$0 cluster-stop' first"
+  else
+    log "creating a cluster of ${#nodes[@]} nodes ($CLUSTER_REPLICAS replica(s) per master): ${nodes[*]}"
+    if ! redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$CLUSTER_REPLICAS" --cluster-yes \
+        >"$CLUSTER_DIR/create.out" 2>&1; then
+      tail -n 20 "$CLUSTER_DIR/create.out" >&2
+      die "redis-cli --cluster create failed (full output: $CLUSTER_DIR/create.out)"
+    fi
   fi
   local t0=$SECONDS
   while (( SECONDS - t0 < START_TIMEOUT )); do
-    if cluster_ok_everywhere "${ports[@]}"; then
+    if cluster_ready "${ports[@]}"; then
       log "cluster ready: ${nodes[*]}"
+      (( CLUSTER_REPLICAS == 0 )) || show_roles "${ports[@]}"
       return 0
     fi
     sleep 0.2
   done
-  die "cluster did not reach cluster_state:ok on every node within ${START_TIMEOUT}s"
+  show_roles "${ports[@]}"
+  die "cluster did not reach cluster_state:ok on every node (and every replica in sync) within ${START_TIMEOUT}s"
 }
 
 cmd_cluster_stop() {
@@ -239,11 +308,13 @@ cmd_cluster_status() {
     fi
   done
   (( down == 0 )) || return 3
-  if cluster_ok_everywhere "${ports[@]}"; then
-    log "cluster running: ${#ports[@]} masters on 127.0.0.1 ports ${ports[*]}, cluster_state ok"
+  if cluster_ready "${ports[@]}"; then
+    log "cluster running: ${#ports[@]} nodes on 127.0.0.1 ports ${ports[*]}, cluster_state ok"
+    (( CLUSTER_REPLICAS == 0 )) || show_roles "${ports[@]}"
     return 0
   fi
-  log "cluster nodes running on ports ${ports[*]} but cluster_state is not ok on every node"
+  log "cluster nodes running on ports ${ports[*]} but cluster_state is not ok on every node (or a replica is missing or not in sync)"
+  show_roles "${ports[@]}"
   return 1
 }
 

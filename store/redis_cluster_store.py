@@ -11,8 +11,23 @@ one slot per neighbour.
 Reads never follow redirections (that would cost another round trip inside the deadline): a
 ``MOVED`` answer updates the client's slot table and the read raises
 :class:`~store.errors.StoreUnavailable`, so the reader serves "missing" once and the next read
-goes to the new owner. Writes go through the cluster client's pipeline, which does follow
-``MOVED``/``ASK`` and retries.
+goes to the new owner.
+
+Writes are routed the same way: the items are grouped by the node owning their slot and each
+node gets one packed send (``SET ... PX`` or the compare-and-set ``EVALSHA`` of
+:mod:`store.conditional_writes`, as on a single Redis), one round trip per node. (The cluster
+client's pipeline asked the default node ``COMMAND GETKEYS`` for every ``EVAL``: 500 extra round
+trips for 500 pairs, and a dead default node failed every write.)
+
+A failover moves slots without any ``MOVED`` answer: the dead master's connections just fail.
+So a write that fails to connect, times out or is redirected (``MOVED``, ``ASK``, ``TRYAGAIN``,
+``CLUSTERDOWN``, ``READONLY``) raises :class:`~store.errors.StoreUnavailable` (or
+:class:`~store.errors.StoreTimeout`) and marks the slot table stale: the next write re-reads it
+(``CLUSTER SLOTS``) first, so the caller's retry goes to the promoted replica once there is one; a
+read that fails to connect or times out re-reads it in a background thread (at most one at a
+time, at most every 0.5 s: never inside a read's deadline). Before this, a long-lived client
+kept the dead master in its slot table and every read and write of its slots failed until the
+process restarted (``tests/integration/test_redis_cluster_failover.py``).
 
 Select it with ``SOLARIS_STORE_BACKEND=redis-cluster`` and ``SOLARIS_STORE_URL`` naming any one
 node (``redis://127.0.0.1:7000``); the client discovers the others.
@@ -21,8 +36,9 @@ node (``redis://127.0.0.1:7000``); the client discovers the others.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
@@ -33,15 +49,23 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import Connection
 from redis.crc import key_slot
-from redis.exceptions import MovedError, RedisClusterException
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    ReadOnlyError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.retry import Retry
 
-from store.conditional_writes import NEWER_OR_EQUAL_LUA
+from store.conditional_writes import write_newer_many
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
-from store.redis_writes import redis_write_errors
+from store.redis_writes import redis_write_errors, set_px_many
 from store.urls import redact_url
 
 _WRITE_TIMEOUT_S = 5.0
@@ -52,6 +76,20 @@ _WRITE_RETRIES = 3
 _READ_IO_TIMEOUT_S = 1.0
 #: errors of the cluster client: ``RedisClusterException`` does not derive from ``RedisError``
 _CLIENT_ERRORS = (redis.RedisError, RedisClusterException)
+#: write errors a fresh slot table may cure (failover, reshard): re-read it, then retry
+_TOPOLOGY_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    AskError,  # and MovedError
+    TryAgainError,
+    ClusterDownError,  # and MasterDownError
+    ReadOnlyError,
+    SlotNotCoveredError,
+)
+#: answers that mean "the slot table is stale" rather than "this write is refused"
+_REDIRECTIONS = (AskError, TryAgainError, ClusterDownError, ReadOnlyError, SlotNotCoveredError)
+#: least time between two background refreshes of the read client's slot table
+_READ_REFRESH_INTERVAL_S = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -101,6 +139,27 @@ def group_by_slot(slots: Sequence[int]) -> dict[int, list[int]]:
     return groups
 
 
+def _group_by_node(
+    client: RedisCluster, items: list[tuple[bytes, bytes]]
+) -> list[tuple[ClusterNode, list[tuple[bytes, bytes]]]]:
+    """``items`` grouped by the primary owning their key's slot (client's slot table)."""
+    by_slot: dict[int, list[tuple[bytes, bytes]]] = {}
+    for item in items:
+        by_slot.setdefault(key_slot(item[0]), []).append(item)
+    by_node: dict[str, tuple[ClusterNode, list[tuple[bytes, bytes]]]] = {}
+    for slot, part in by_slot.items():
+        node = client.nodes_manager.get_node_from_slot(slot)
+        by_node.setdefault(node.name, (node, []))[1].extend(part)
+    return list(by_node.values())
+
+
+def _connect_primaries(client: RedisCluster) -> None:
+    """Open (or check out and return) one connection to every primary of the slot table."""
+    for node in client.get_primaries():
+        pool = client.get_redis_connection(node).connection_pool
+        pool.release(pool.get_connection())
+
+
 @dataclass(slots=True)
 class _NodeRead:
     """One node's share of a read: its connection and the key indices of each ``MGET`` sent."""
@@ -131,6 +190,13 @@ class RedisClusterStore(KeyedWrites):
         self.round_trips = 0
         #: ``MGET`` commands sent by reads: one per slot touched
         self.mgets = 0
+        #: slot-table refreshes done after a failed write or read
+        self.topology_refreshes = 0
+        self._refresh_lock = threading.Lock()
+        self._refresh_thread: threading.Thread | None = None
+        self._read_refreshed_at = -_READ_REFRESH_INTERVAL_S
+        #: a write failed in a way a fresh slot table may cure: the next write re-reads it first
+        self._writer_stale = False
 
     def _client(self, timeout_s: float, retries: int) -> RedisCluster:
         try:
@@ -162,34 +228,87 @@ class RedisClusterStore(KeyedWrites):
         """Build the read client and connect to every primary now (blocking, bounded by the
         socket timeouts); idempotent. Never raises: a read then reports what is wrong."""
         try:
-            client = self._reader()
-            for node in client.get_primaries():
-                pool = client.get_redis_connection(node).connection_pool
-                pool.release(pool.get_connection())
+            _connect_primaries(self._reader())
         except (*_CLIENT_ERRORS, StoreUnavailable, OSError) as exc:
             log.warning("redis cluster warm-up failed: %s", exc)
+
+    def _refresh(self, client: RedisCluster, disconnect: bool = True) -> bool:
+        """Re-read ``client``'s slot table (``CLUSTER SLOTS`` from any reachable node); whether
+        it was. Never raises: with no node reachable the next operation fails and tries again."""
+        try:
+            client.nodes_manager.initialize(disconnect_startup_nodes_pools=disconnect)
+        except (*_CLIENT_ERRORS, OSError) as exc:
+            log.warning("redis cluster slot table refresh failed: %s", exc)
+            return False
+        self.topology_refreshes += 1
+        return True
+
+    def _refresh_reads_soon(self) -> None:
+        """Refresh the read client's slot table in a background thread, unless a refresh is
+        running or one started less than ``_READ_REFRESH_INTERVAL_S`` ago."""
+        client, now = self._read_client, time.monotonic()
+        with self._refresh_lock:
+            busy = self._refresh_thread is not None and self._refresh_thread.is_alive()
+            if client is None or busy or now - self._read_refreshed_at < _READ_REFRESH_INTERVAL_S:
+                return
+            self._read_refreshed_at = now
+            self._refresh_thread = threading.Thread(
+                target=self._refresh_reader,
+                args=(client,),
+                name="redis-cluster-refresh",
+                daemon=True,
+            )
+            self._refresh_thread.start()
+
+    def _refresh_reader(self, client: RedisCluster) -> None:
+        # keep the read connections (a refresh must not cost the next read a connect), and
+        # connect to a promoted primary now rather than inside a read's deadline
+        self._refresh(client, disconnect=False)
+        try:
+            _connect_primaries(client)
+        except (*_CLIENT_ERRORS, OSError) as exc:
+            log.debug("redis cluster connect after refresh failed: %s", exc)
 
     # --- writes --------------------------------------------------------------------------------
 
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
-        if not items:
-            return
-        with redis_write_errors("redis cluster", len(items), _CLIENT_ERRORS):
-            pipe = self._writer_client().pipeline()
-            for key, value in items:
-                pipe.set(key, value, px=ttl_ms)
-            pipe.execute()
+        def send(node: redis.Redis, part: list[tuple[bytes, bytes]]) -> int:
+            set_px_many(node, part, ttl_ms)
+            return 0
+
+        self._write_routed(items, send)
 
     def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
-        """The compare-and-set script per key; ``EVAL`` (not ``EVALSHA``): every primary may
-        lack a cached script (failover, new node), and Redis caches it on first use anyway."""
+        """The compare-and-set script per key (``EVALSHA``; a primary without the script, e.g.
+        a promoted replica, loads it and the node's batch is sent again)."""
+        return self._write_routed(items, lambda node, part: write_newer_many(node, part, ttl_ms))
+
+    def _write_routed(
+        self,
+        items: list[tuple[bytes, bytes]],
+        send: Callable[[redis.Redis, list[tuple[bytes, bytes]]], int],
+    ) -> int:
+        """``send`` each node its items (grouped by the slot table), one node after another;
+        the sum of what ``send`` returned. An error a fresh slot table may cure marks the table
+        stale (re-read by the next write) and raises (:class:`StoreUnavailable` for a
+        redirection)."""
         if not items:
             return 0
+        client = self._writer_client()
+        if self._writer_stale:  # re-read at the retry, not at the failure: a failover may be done
+            self._writer_stale = not self._refresh(client)
         with redis_write_errors("redis cluster", len(items), _CLIENT_ERRORS):
-            pipe = self._writer_client().pipeline()
-            for key, value in items:
-                pipe.execute_command("EVAL", NEWER_OR_EQUAL_LUA, 1, key, value, ttl_ms)
-            return sum(1 for written in pipe.execute() if written == 0)
+            try:
+                parts = _group_by_node(client, items)
+                return sum(send(client.get_redis_connection(n), part) for n, part in parts)
+            except _TOPOLOGY_ERRORS as exc:
+                self._writer_stale = True
+                if isinstance(exc, _REDIRECTIONS):
+                    raise StoreUnavailable(
+                        f"redis cluster write of {len(items)} keys redirected ({exc}); "
+                        "the next write re-reads the slot table"
+                    ) from exc
+                raise
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"
@@ -232,9 +351,13 @@ class RedisClusterStore(KeyedWrites):
             slots = group_by_slot(batch_slots(self.layout, batch))
             values = self._mget_by_slot(self._reader(), keys, slots, deadline)
         except redis.TimeoutError as exc:
+            self._refresh_reads_soon()  # a dead master may not even refuse connections
             raise StoreTimeout(
                 f"redis cluster read of {len(keys)} keys exceeded {timeout_ms} ms"
             ) from exc
+        except (redis.ConnectionError, SlotNotCoveredError) as exc:
+            self._refresh_reads_soon()  # a failover: the slot table still names a dead master
+            raise StoreUnavailable(f"redis cluster read failed: {exc}") from exc
         except MovedError as exc:
             raise StoreUnavailable(
                 f"redis cluster slot {exc.slot_id} moved to {exc.host}:{exc.port} "
@@ -310,6 +433,10 @@ class RedisClusterStore(KeyedWrites):
             return False
 
     def close(self) -> None:
+        with self._refresh_lock:
+            refresh, self._refresh_thread = self._refresh_thread, None
+        if refresh is not None:
+            refresh.join(timeout=5.0)
         clients = [c for c in (self._read_client, self._writer) if c is not None]
         for client in clients:
             try:
