@@ -59,6 +59,7 @@ def test_serve_smoke(settings: Settings, tmp_path: Path) -> None:
         "aggregate",
         "neighbour_item",
         "neighbour_aggregate",
+        "state",
         "missing",
     }
     assert {"reader", "floor", "naive"} == set(res["n50"]["latency_ms"])

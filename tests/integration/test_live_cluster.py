@@ -230,10 +230,12 @@ def check_served_coverage_equals_simulator(run: dict[str, Any], bundle: Path) ->
     live = {
         "exact": float(np.mean(tiers == Tier.EXACT)),
         "aggregate": float(np.mean(tiers == Tier.AGGREGATE)),
+        "state": float(np.mean(tiers == Tier.STATE)),
     }
     print(f"served on {settings.store_backend}: {live}; simulator: {offline['coverage']}")
     assert live["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["aggregate"] == pytest.approx(offline["coverage"]["aggregate"], abs=1e-9)
+    assert live["state"] == pytest.approx(offline["coverage"]["state"], abs=1e-9)
     assert live["exact"] > 0.05
     summary = run["summary"]
     assert summary["requests"] == run["replay"].requests
