@@ -305,6 +305,8 @@ def evaluate_runs(
         "aggregate_share": float(np.mean([r.aggregate_share["0"] for r in runs]))
         if "0" in runs[0].aggregate_share
         else None,
+        # the tier mix the serving engine achieved over B ∪ C, per seed (empty: not engine-built)
+        "engine_coverage": [dict(r.engine_coverage) for r in runs],
         "split": {
             "fm_train": int(split.fm_train.size),
             "fm_valid": int(split.fm_valid.size),

@@ -103,6 +103,9 @@ def test_evaluate_trains_and_scores_the_log(byo: dict[str, Any]) -> None:
     for model in ("fm", "vm", "vm_solaris"):
         ne = evaluation["models"][model]["ne"]
         assert math.isfinite(ne) and 0.5 < ne < 2.0, (model, ne)
+    # the tier mix the serving engine achieved, per seed (empty when not engine-built)
+    for mix in evaluation["engine_coverage"]:
+        assert not mix or sum(mix.values()) == pytest.approx(1.0)
     bundles = sorted((byo["base"] / "models").glob("bundle-*"))
     assert len(bundles) == 1 and f"bundle {bundles[0]}" in " ".join(byo["evaluate"].stdout.split())
 
