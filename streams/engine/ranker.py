@@ -110,7 +110,13 @@ def rank(
     read_ms = (time.perf_counter() - start) * 1000.0
     read_failed = _troubles(reader) > troubles
     scores = np.zeros(0, np.float32)
-    in_graph = read_failed and bool(getattr(scorer, "baseline_on_unavailable", False))
+    # the baseline in the graph scores the rows the failed read left missing: none left (a
+    # lookup that served every row but ended past its deadline) = none scored by it
+    in_graph = (
+        read_failed
+        and bool(getattr(scorer, "baseline_on_unavailable", False))
+        and bool((tiers == Tier.MISSING).any())
+    )
     if scorer is not None and len(items):
         n = len(items)
         user_history = history if history is not None else StoredHistory.empty()

@@ -230,6 +230,27 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     np.testing.assert_array_equal(failed.scores, want)
     assert not np.allclose(want, bundle.solaris.score(*args, [UserHistory.empty()] * n))
 
+    # a lookup that served every row but ended past its deadline counts as failed, yet no row
+    # was left for the graph's baseline: the scores are vm_solaris's on what was served
+    import time
+
+    from schemas.records import PairEmbedding
+
+    class Slow(InMemoryStore):
+        def read(self, batch, timeout_ms):  # type: ignore[no-untyped-def]
+            time.sleep(0.03)
+            return super().read(batch, timeout_ms)
+
+    slow = Slow(clock_ms=lambda: t)
+    vec = np.ones(FAIR.embedding_dim, np.float32)
+    slow.write_pairs([PairEmbedding.from_array(user, i, t - 1, "fm", vec) for i in items], 60_000)
+    late_reader = FeatureReader(
+        slow, replace(ENGINE_DEFAULTS.reader, dim=FAIR.embedding_dim, deadline_ms=5.0)
+    )
+    late = rank(RequestEvent("r", user, t, "feed", items), late_reader, bundle.solaris)
+    assert late.read_failed and (late.tiers == 0).all()  # every row exact, but late
+    assert not late.baseline_in_graph and not needs_baseline(late)
+
 
 @pytest.mark.parametrize(
     ("interval", "verdict"),
