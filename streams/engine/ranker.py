@@ -110,13 +110,7 @@ def rank(
     read_ms = (time.perf_counter() - start) * 1000.0
     read_failed = _troubles(reader) > troubles
     scores = np.zeros(0, np.float32)
-    # the baseline in the graph scores the rows the failed read left missing: none left (a
-    # lookup that served every row but ended past its deadline) = none scored by it
-    in_graph = (
-        read_failed
-        and bool(getattr(scorer, "baseline_on_unavailable", False))
-        and bool((tiers == Tier.MISSING).any())
-    )
+    in_graph = _baseline_in_graph(read_failed, scorer, tiers)
     if scorer is not None and len(items):
         n = len(items)
         user_history = history if history is not None else StoredHistory.empty()
@@ -143,6 +137,16 @@ def rank(
         read_failed,
         history,
         in_graph,
+    )
+
+
+def _baseline_in_graph(read_failed: bool, scorer: object, tiers: np.ndarray) -> bool:
+    """The scorer's own baseline VM scores the rows a failed read left missing; none left (a
+    lookup that served every row but ended past its deadline) = none scored by it."""
+    return (
+        read_failed
+        and bool(getattr(scorer, "baseline_on_unavailable", False))
+        and bool((tiers == Tier.MISSING).any())
     )
 
 
