@@ -91,6 +91,40 @@ def _readers(split: Any, state: np.ndarray, dim: int, now: int) -> tuple[Any, An
     return FeatureReader(store, cfg, states=split), FeatureReader(store, cfg)
 
 
+#: an FM worker group in the bench: messages of this many pairs each
+FM_GROUP_MESSAGES, PAIRS_PER_MESSAGE = 16, 15
+
+
+def _fm_worker_timings(
+    full: Any, split: Any, hist: Any, now: int, repeats: int
+) -> dict[str, list[float]]:
+    """The FM worker's embed of one group of verified messages: the whole FM per pair against
+    the split FM (one history encoding per message, the head per pair): what it embeds with
+    when the bundle has the split FM."""
+    from schemas.records import ProposalBatch
+    from streams.engine.embedder import Embedder
+
+    rng = np.random.default_rng(1)
+    batches = [
+        ProposalBatch(
+            f"r{m}",
+            m,
+            now,
+            50,
+            tuple(int(i) for i in rng.integers(1, ITEMS, PAIRS_PER_MESSAGE)),
+            ("candidates",) * PAIRS_PER_MESSAGE,
+        )
+        for m in range(FM_GROUP_MESSAGES)
+    ]
+    hists = [hist] * FM_GROUP_MESSAGES
+    whole, by_message = Embedder(full), Embedder(full, split=split)
+    n = max(repeats // 10, 5)
+    return {
+        "embed_group_whole_fm": _time(lambda: whole.embed_messages(batches, hists), n),
+        "embed_group_split_fm": _time(lambda: by_message.embed_messages(batches, hists), n),
+    }
+
+
 def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchResult:
     from models.runtime import TIER_AGGREGATE, UserHistory
 
@@ -119,6 +153,7 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
             "decode": _time(lambda: split.decode(items, states), repeats),
             "fm": _time(lambda: full.embed(users, items, times, [hist] * CANDIDATES), repeats),
         }
+        timings.update(_fm_worker_timings(full, split, hist, now, repeats))
         with_state, aggregate_only = _readers(split, state, dim, now)
         served = with_state.lookup(7, items.tolist(), now).tiers
         timings["lookup_state_tier"] = _time(
@@ -140,6 +175,8 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
         "state_over_aggregate_bytes": state_bytes / aggregate_bytes,
         "lookup_state_over_aggregate_p50": lat["lookup_state_tier"]["p50"]
         / lat["lookup_aggregate_tier"]["p50"],
+        "fm_group_split_over_whole_p50": lat["embed_group_split_fm"]["p50"]
+        / lat["embed_group_whole_fm"]["p50"],
     }
     return BenchResult(
         "state",
@@ -166,5 +203,13 @@ def state_table(res: BenchResult) -> list[list[str]]:
     lat = res.results["latency_ms"]
     return [
         [name, f"{lat[name]['p50']:.3f}", f"{lat[name]['p99']:.3f}"]
-        for name in ("vm_solaris", "decode", "fm", "lookup_state_tier", "lookup_aggregate_tier")
+        for name in (
+            "vm_solaris",
+            "decode",
+            "fm",
+            "lookup_state_tier",
+            "lookup_aggregate_tier",
+            "embed_group_whole_fm",
+            "embed_group_split_fm",
+        )
     ]

@@ -65,16 +65,37 @@ class PreparingModel(EmbeddingModel, Protocol):
     def run_prepared(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+class SplitModel(Protocol):
+    """The FM split in two (``models.runtime.StateRunner``): one history encoding per message
+    (``states``), then the FM's head per pair (``decode``) — equal to the whole FM per pair."""
+
+    def states(self, event_time_ms: np.ndarray, histories: Sequence[UserHistory]) -> np.ndarray: ...
+
+    def decode(self, item_ids: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MessageInputs:
+    """Verified messages for the split FM: each message's time and history, and per pair the
+    index of its message."""
+
+    times: np.ndarray  #: int64 [M]
+    histories: Sequence[UserHistory]
+    message_of_pair: np.ndarray  #: int64 [P]
+
+
 @dataclass(slots=True)
 class PreparedPairs:
     """Pairs ready for the model: their keys and, for a :class:`PreparingModel`, its input
-    tensors (else the per-pair histories that ``embed`` takes)."""
+    tensors (else the per-pair histories that ``embed`` takes); for the split FM, their
+    messages."""
 
     users: np.ndarray
     items: np.ndarray
     times: np.ndarray
     inputs: dict[str, np.ndarray] | None
     histories: Sequence[UserHistory] = ()
+    messages: MessageInputs | None = None
 
     def __len__(self) -> int:
         return int(self.users.shape[0])
@@ -89,9 +110,17 @@ class Embedder:
     model thread, so input building and record making of neighbouring batches overlap the FM.
     """
 
-    def __init__(self, model: EmbeddingModel, dtype: VectorDtype = VectorDtype.FLOAT16) -> None:
+    def __init__(
+        self,
+        model: EmbeddingModel,
+        dtype: VectorDtype = VectorDtype.FLOAT16,
+        split: SplitModel | None = None,
+    ) -> None:
+        """``split``: embed verified messages with the split FM (one history encoding per
+        message instead of one per pair; the same outputs up to float rounding)."""
         self.model = model
         self.dtype = dtype
+        self.split_model = split
         self.stats = EmbedderStats()
         #: the model again where it can prepare (checked once: a Protocol ``isinstance``
         #: inspects every member)
@@ -129,7 +158,12 @@ class Embedder:
         n = sum(counts)
         items = np.fromiter(itertools.chain.from_iterable(b.item_ids for b in batches), np.int64, n)
         users = np.repeat(np.array([b.user_id for b in batches], np.int64), counts)
-        times = np.repeat(np.array([b.event_time_ms for b in batches], np.int64), counts)
+        msg_times = np.array([b.event_time_ms for b in batches], np.int64)
+        times = np.repeat(msg_times, counts)
+        if self.split_model is not None:
+            of_pair = np.repeat(np.arange(len(batches), dtype=np.int64), counts)
+            messages = MessageInputs(msg_times, list(histories), of_pair)
+            return PreparedPairs(users, items, times, None, (), messages)
         per_pair = [h for h, k in zip(histories, counts, strict=True) for _ in range(k)]
         return self._prepare(users, items, times, per_pair)
 
@@ -157,7 +191,11 @@ class Embedder:
         """The FM on prepared pairs: embeddings float32 ``[B, dim]`` (thread-safe to call from
         one model thread while another thread prepares or makes records)."""
         start = time.perf_counter()
-        if prepared.inputs is not None and self._split is not None:
+        m = prepared.messages
+        if m is not None and self.split_model is not None:
+            states = self.split_model.states(m.times, m.histories)
+            vectors, _ = self.split_model.decode(prepared.items, states[m.message_of_pair])
+        elif prepared.inputs is not None and self._split is not None:
             vectors, _ = self._split.run_prepared(prepared.inputs)
         else:
             p = prepared

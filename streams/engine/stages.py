@@ -53,7 +53,7 @@ def build_stages(
         lookahead=lookahead,
         prior=prior,
         verifier=Verifier(models.vm, verifier, prior) if verify and models.vm is not None else None,
-        embedder=Embedder(models.fm),
+        embedder=Embedder(models.fm, split=models.state),
         aggregator=RollingAggregator(
             aggregate_window_ms, aggregate_bucket_ms, own=(models.fm.model_version, models.fm.dim)
         ),

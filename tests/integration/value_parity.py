@@ -104,6 +104,8 @@ def simulated_values(
     store = RecordingStore(KeyLayout(key_prefix), clock_ms=lambda: sims[0].now_ms)
     sim = Simulator(config, dataclasses.replace(models, fm=fm), store)  # type: ignore[arg-type]
     sims.append(sim)
+    if models.state is not None:  # the split FM embeds messages: record them where they enter
+        _record_messages(sim, fm.histories)
     sim.run(events)
     return Values(
         fm.histories,
@@ -112,6 +114,21 @@ def simulated_values(
         {k: v for k, v in store.written.items() if k.endswith(b":h")},
         {k: v for k, v in store.written.items() if k.endswith(b":st")},
     )
+
+
+def _record_messages(sim: Simulator, out: dict[PairKey, History]) -> None:
+    """Record the history each verified message's pairs are embedded with (the split FM sees
+    messages, not pairs: RecordingFM is not called)."""
+    embedder = sim.stages.embedder
+    prepare = embedder.prepare_messages
+
+    def recording(batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]) -> object:
+        for b, h in zip(batches, histories, strict=True):
+            for item in b.item_ids:
+                out[(b.user_id, item, b.event_time_ms)] = history_tuple(h)
+        return prepare(batches, histories)
+
+    embedder.prepare_messages = recording  # type: ignore[method-assign]
 
 
 def simulated_for(

@@ -143,3 +143,48 @@ def test_split_fm_decodes_a_stored_state_to_the_fms_output(
         want_emb, want_logit = full.embed(np.zeros(len(hists), np.int64), items, times, hists)
         np.testing.assert_allclose(emb, want_emb, atol=ATOL)
         np.testing.assert_allclose(logit, want_logit, atol=ATOL)
+
+
+def test_embedder_with_the_split_fm_equals_the_whole_fm_per_pair(
+    tmp_path: Path, fm_model: FoundationModel
+) -> None:
+    """The FM worker embeds verified messages with the split FM: one history encoding per
+    message, the FM's head per pair. The stored vectors equal the whole FM's per pair."""
+    from models.export import export_fm_split
+    from models.runtime import StateRunner
+    from schemas.records import ProposalBatch
+    from streams.engine.embedder import Embedder
+
+    vocab = Vocab.build(np.arange(1, 39))
+    meta = {"model_version": "v-test"}
+    full = FMRunner(
+        OnnxSession(export_fm(fm_model, L, tmp_path / "fm.onnx", meta)), vocab, L, "v", 12
+    )
+    state_path, decode_path = export_fm_split(fm_model, L, tmp_path, meta)
+    split = StateRunner(OnnxSession(state_path), OnnxSession(decode_path), vocab, L, 12)
+    rng = np.random.default_rng(6)
+    batches, hists = [], []
+    for m, k in enumerate((0, 2, 5, 11)):
+        h = UserHistory.of(
+            rng.integers(1, 45, k).tolist(),
+            rng.integers(0, 2, k).tolist(),
+            np.sort(rng.integers(0, 1_000_000, k)).tolist(),
+        )
+        items = tuple(int(i) for i in rng.integers(1, 45, 3 + m))
+        batches.append(ProposalBatch(f"r{m}", m, 2_000_000, 50, items, ("c",) * len(items)))
+        hists.append(h)
+    calls: list[int] = []
+    states = split.states
+
+    def counted(times: np.ndarray, histories: list[UserHistory]) -> np.ndarray:
+        calls.append(len(histories))
+        return states(times, histories)
+
+    split.states = counted  # type: ignore[method-assign]
+    via_split = Embedder(full, split=split).embed_messages(batches, hists)
+    whole = Embedder(full).embed_messages(batches, hists)
+    assert calls == [len(batches)]  # one history encoding per message, not per pair
+    assert [(e.user_id, e.item_id) for e in via_split] == [(e.user_id, e.item_id) for e in whole]
+    a = np.stack([e.array() for e in via_split])
+    b = np.stack([e.array() for e in whole])
+    np.testing.assert_allclose(a, b, atol=2e-3)  # float16 storage of equal float32 outputs
