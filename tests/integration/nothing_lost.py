@@ -122,13 +122,14 @@ def _wrong_vectors(
     from streams.engine.steps.embed import embed_input
     from streams.models_loader import load_models
 
-    embedder = Embedder(load_models(settings, bundle)[0].fm)
+    models = load_models(settings, bundle)[0]
+    embedder = Embedder(models.fm, split=models.state)  # the FM worker's (and simulator's) path
     wrong: list[str] = []
     checked = 0
     messages = {id(b): b for b in newest.values()}
     for b in messages.values():
         item = embed_input(None, b)
-        for e in embedder.embed(item.pairs, item.histories):
+        for e in embedder.embed_messages([item.batch], [item.history]):
             got = stored.get((e.user_id, e.item_id, e.event_time_ms))
             if got is None:
                 continue  # a newer copy was stored (or none): reported elsewhere
