@@ -236,8 +236,10 @@ def check_served_coverage_equals_simulator(run: dict[str, Any], bundle: Path) ->
     assert live["exact"] == pytest.approx(offline["coverage"]["exact"], abs=1e-9)
     assert live["aggregate"] == pytest.approx(offline["coverage"]["aggregate"], abs=1e-9)
     # the state tier is served (values of stored states are equal, test above) but its share
-    # is not yet exact: one CI run on Redis Cluster served 0.2658 live vs 0.2708 simulated
-    # (12 of 2,400 lookups fell to a neighbour tier); not diagnosed, bounded here
+    # is not yet exact (one CI run: 0.2658 live vs 0.2708 simulated): the live ranker and the
+    # pipeline take the same request concurrently, and when the FM worker stores this
+    # request's state first it replaces the previous one, which the lookup needed (the new one
+    # is not strictly earlier). Known gap, bounded here until the previous state is kept.
     assert live["state"] > 0
     assert live["state"] == pytest.approx(offline["coverage"]["state"], abs=0.02)
     assert live["exact"] > 0.05
