@@ -110,11 +110,16 @@ def world(redis_url: str, test_settings: Settings, tmp_path: Path) -> Iterator[S
             yield server
         assert server.returncode == 0, server.log_text()[-4000:]  # SIGTERM: a clean stop
     finally:
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        _delete_prefix(redis_url, prefix)
+
+
+def _delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every key the test wrote under its prefix."""
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 def _node_client(server: ServerProcess, fmt: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -209,11 +214,7 @@ def test_with_a_bundle_the_node_client_gets_the_decoded_state_tier(
         )
         want = reader.lookup(USER, items, T)
     finally:
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        _delete_prefix(redis_url, settings.key_prefix)
         store.close()
     assert got["status"] == 200, got
     assert got["tiers"] == ["state"] * len(items)

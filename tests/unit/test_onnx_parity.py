@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,10 +113,8 @@ def test_fm_runner_matches_offline_features(tmp_path: Path, fm_model: Foundation
     np.testing.assert_allclose(r_logit, logit.numpy(), atol=ATOL)
 
 
-def test_split_fm_decodes_a_stored_state_to_the_fms_output(
-    tmp_path: Path, fm_model: FoundationModel
-) -> None:
-    """Issue 22's state tier: state at t, decoded for any item, equals the whole FM at t."""
+def _whole_and_split(tmp_path: Path, fm_model: FoundationModel) -> tuple[Any, Any]:
+    """The FM exported whole (``FMRunner``) and split (``StateRunner``), on one vocabulary."""
     from models.export import export_fm_split
     from models.runtime import StateRunner
 
@@ -126,6 +125,14 @@ def test_split_fm_decodes_a_stored_state_to_the_fms_output(
     )
     state_path, decode_path = export_fm_split(fm_model, L, tmp_path, meta)
     split = StateRunner(OnnxSession(state_path), OnnxSession(decode_path), vocab, L, 12)
+    return full, split
+
+
+def test_split_fm_decodes_a_stored_state_to_the_fms_output(
+    tmp_path: Path, fm_model: FoundationModel
+) -> None:
+    """Issue 22's state tier: state at t, decoded for any item, equals the whole FM at t."""
+    full, split = _whole_and_split(tmp_path, fm_model)
     rng = np.random.default_rng(5)
     hists = [UserHistory.empty()] + [
         UserHistory.of(
@@ -150,18 +157,10 @@ def test_embedder_with_the_split_fm_equals_the_whole_fm_per_pair(
 ) -> None:
     """The FM worker embeds verified messages with the split FM: one history encoding per
     message, the FM's head per pair. The stored vectors equal the whole FM's per pair."""
-    from models.export import export_fm_split
-    from models.runtime import StateRunner
     from schemas.records import ProposalBatch
     from streams.engine.embedder import Embedder
 
-    vocab = Vocab.build(np.arange(1, 39))
-    meta = {"model_version": "v-test"}
-    full = FMRunner(
-        OnnxSession(export_fm(fm_model, L, tmp_path / "fm.onnx", meta)), vocab, L, "v", 12
-    )
-    state_path, decode_path = export_fm_split(fm_model, L, tmp_path, meta)
-    split = StateRunner(OnnxSession(state_path), OnnxSession(decode_path), vocab, L, 12)
+    full, split = _whole_and_split(tmp_path, fm_model)
     rng = np.random.default_rng(6)
     batches, hists = [], []
     for m, k in enumerate((0, 2, 5, 11)):
