@@ -90,22 +90,30 @@ def missing_model(keys: Sequence[str], cfg: TrainConfig, kind: str = "unavailabl
 
 
 def _degradation(
-    stats: dict[str, dict[str, Any]], boot: BootstrapResult, model: str, missing: str
+    stats: dict[str, dict[str, Any]],
+    boot: BootstrapResult,
+    model: str,
+    missing: str,
+    baseline: str = "vm",
+    diff_keys: tuple[str, str] = ("missing_minus_vm", "missing_tier_minus_vm"),
 ) -> dict[str, Any]:
     """Graceful degradation, paired: ``vm_solaris`` with every input unavailable (a store
-    outage) against the VM; it holds when the interval of NE(unavailable) − NE(vm) includes 0
-    or lies below it. ``missing_tier`` is the same with every row on the missing tier (nothing
-    stored for anyone), reported for comparison: that tier is informative, not an outage."""
-    lo, hi = boot.diff_interval.get("missing_minus_vm", (float("nan"), float("nan")))
-    m_lo, m_hi = boot.diff_interval.get("missing_tier_minus_vm", (float("nan"), float("nan")))
+    outage) against ``baseline`` (the VM); it holds when the interval of NE(unavailable) −
+    NE(baseline) includes 0 or lies below it. ``missing_tier`` is the same with every row on
+    the missing tier (nothing stored for anyone), reported for comparison: that tier is
+    informative, not an outage. ``diff_keys`` name the two paired differences in ``boot``."""
+    nan = (float("nan"), float("nan"))
+    lo, hi = boot.diff_interval.get(diff_keys[0], nan)
+    m_lo, m_hi = boot.diff_interval.get(diff_keys[1], nan)
     return {
         "model": model,
-        "ne_missing_minus_vm": stats[model]["ne"] - stats["vm"]["ne"],
+        "baseline": baseline,
+        f"ne_missing_minus_{baseline}": stats[model]["ne"] - stats[baseline]["ne"],
         "ci95": [lo, hi],
         "holds": bool(lo <= 0.0),
         "missing_tier": {
             "model": missing,
-            "ne_minus_vm": stats[missing]["ne"] - stats["vm"]["ne"],
+            f"ne_minus_{baseline}": stats[missing]["ne"] - stats[baseline]["ne"],
             "ci95": [m_lo, m_hi],
         },
     }
@@ -250,6 +258,17 @@ def evaluate_runs(
             "vm_solaris_engine_state",
             "engine-built tiers with a decoded user state in place of every non-exact tier",
         )
+    if "vm_solaris_engine_kd" in keys:  # both channels: does SOLARIS add to distillation?
+        bars["beats_kd_with_kd"] = (
+            "vm_solaris_engine_kd",
+            "engine-built tiers, trained with the tuned KD loss as well",
+        )
+    # the combined model's outage against what it falls back to: vm_kd
+    kd_degradation = {
+        "kd_missing_minus_vm_kd": ("vm_solaris_engine_kd_unavailable", "vm_kd"),
+        "kd_missing_tier_minus_vm_kd": ("vm_solaris_engine_kd_missing", "vm_kd"),
+    }
+    kd_degradation = {k: v for k, v in kd_degradation.items() if v[0] in keys}
     boot = user_bootstrap(
         users,
         y,
@@ -260,6 +279,7 @@ def evaluate_runs(
             **{name: ("vm_kd", model) for name, (model, _) in bars.items()},
             "missing_minus_vm": (missing_model(keys, cfg), "vm"),
             "missing_tier_minus_vm": (missing_model(keys, cfg, "missing"), "vm"),
+            **kd_degradation,
         },
         headroom_pairs={name: (model, "vm_kd") for name, (model, _) in bars.items()},
     )
@@ -287,6 +307,15 @@ def evaluate_runs(
     extra["degradation"] = _degradation(
         stats, boot, missing_model(keys, cfg), missing_model(keys, cfg, "missing")
     )
+    if len(kd_degradation) == 2:
+        extra["degradation_with_kd"] = _degradation(
+            stats,
+            boot,
+            "vm_solaris_engine_kd_unavailable",
+            "vm_solaris_engine_kd_missing",
+            "vm_kd",
+            ("kd_missing_minus_vm_kd", "kd_missing_tier_minus_vm_kd"),
+        )
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     extra.update(transfer_verdict(boot.gap_interval))

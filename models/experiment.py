@@ -10,7 +10,9 @@ See ``models.split`` for the no-leakage scheme. Per seed:
    seeds), ``vm_fm_logit`` and ``vm_solaris`` once per lag, each under its own lag.
 4. predict on C. Keys of ``SeedRun.test_probs``: ``fm``, ``vm``, ``vm_kd``, ``vm_solaris_kd``,
    and ``<variant>@<lag>`` for ``vm_fm_logit``, ``vm_solaris``, ``vm_solaris_aggregate``,
-   ``vm_solaris_missing`` (lag names from ``models.config.lag_name``).
+   ``vm_solaris_missing`` (lag names from ``models.config.lag_name``); with a serving engine
+   also ``vm_solaris_engine*`` (e.g. ``vm_solaris_engine_kd`` and its ``_unavailable`` /
+   ``_missing`` scorings).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ VM_SOLARIS_KD = VariantSpec("vm_solaris_kd", embedding=True, kd=True)
 VM_SCORE_TIERS = VariantSpec("vm_score_tiers", embedding=True)
 #: vm_solaris trained on the tiers and vectors the serving engine actually read (ServedTierSource)
 VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
-#: the same, also distilled from the FM's soft labels: both channels together (a diagnostic)
+#: the same, also distilled from the FM's soft labels: both channels together, KD tuned on
+#: ``vm_kd``'s weight × temperature grid; falls back to ``vm_kd`` when the store is unreadable
 VM_SOLARIS_ENGINE_KD = VariantSpec("vm_solaris_engine_kd", embedding=True, kd=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
@@ -195,6 +198,19 @@ def require_both_labels(labels: np.ndarray, parts: dict[str, np.ndarray]) -> Non
             )
 
 
+def _fallback_base(
+    cfg: TrainConfig, spec: VariantSpec, vms: Mapping[str, VerticalModel]
+) -> VerticalModel | None:
+    """The store-free VM an embedding variant falls back to (``vm_solaris_baseline_on_missing``):
+    the plain ``vm``, or ``vm_kd`` for a variant also trained with the KD loss (what its team
+    would serve in an outage; with every input unavailable it scores exactly as ``vm_kd``)."""
+    if not (cfg.vm_solaris_baseline_on_missing and spec.embedding):
+        return None
+    if spec.kd and "vm_kd" in vms:
+        return vms["vm_kd"]
+    return vms.get("vm")
+
+
 def run_seed(
     imps: Impressions,
     cfg: TrainConfig,
@@ -283,7 +299,7 @@ def run_seed(
             tuned.get(key),
             fm_head or head,
             candidates,
-            vms.get("vm") if cfg.vm_solaris_baseline_on_missing and spec.embedding else None,
+            _fallback_base(cfg, spec, vms),
         )
         tuned[key] = gp
         seconds[key] = time.perf_counter() - t0
@@ -395,6 +411,7 @@ def run_seed(
             served_embedding=got.vector.astype(np.float32),
         )
         engine_spec, engine_kd_spec = fair(VM_SOLARIS_ENGINE), fair(VM_SOLARIS_ENGINE_KD)
+        solaris_key = f"vm_solaris@{lag_name(cfg.serving_lag_ms)}"  # when Δ = 0 was not run
         m = fit(engine_spec, "vm_solaris_engine", data, family_key="vm_solaris@0")
         vms["vm_solaris_engine"] = m
         test = data.take(np.arange(len(bc))[sl_te])
@@ -405,8 +422,22 @@ def run_seed(
         probs["vm_solaris_engine_unavailable"] = predict_vm(
             m, engine_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
         )
-        m_kd = fit(engine_kd_spec, "vm_solaris_engine_kd", data, family_key="vm_solaris_kd@0")
+        # both channels with KD's budget: every KD weight × temperature (vm_kd's grid) at the
+        # optimiser point vm_solaris won; tuned["vm_solaris_engine_kd"] records the KD point
+        m_kd = fit(
+            engine_kd_spec,
+            "vm_solaris_engine_kd",
+            data,
+            candidates=kd_grid(cfg, tuned.get("vm_solaris@0") or tuned[solaris_key]),
+        )
         probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)
+        # its degradation (no extra fit): every input unavailable / every row on the missing tier
+        probs["vm_solaris_engine_kd_unavailable"] = predict_vm(
+            m_kd, engine_kd_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
+        )
+        probs["vm_solaris_engine_kd_missing"] = predict_vm(
+            m_kd, engine_kd_spec, test, np.full(n_test, TIER_MISSING, np.int64)
+        )
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(
             vms["vm_solaris"], fair(VM_SOLARIS), test, None

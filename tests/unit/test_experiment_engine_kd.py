@@ -1,0 +1,108 @@
+"""Issue 22: the engine-built VM trained with the KD loss as well gets vm_kd's KD budget (every
+KD weight × temperature at the optimiser point vm_solaris won) and falls back to vm_kd."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import models.experiment as experiment
+from models.experiment import SeedRun, run_seed
+from models.runtime import TIER_AGGREGATE, TIER_EXACT, TIER_MISSING
+from models.served import RowKeys, ServedRows, TrainedModels
+from models.split import TimeSplit
+from tests.unit.test_models_train import TINY, taste_world
+
+CFG = replace(TINY, vm_user_features=True, kd_weights=(0.3, 0.7), kd_temperatures=(1.0, 2.0))
+
+
+class FakeEngine:
+    """Serves a fixed pseudo-random tier mix with random vectors (the plumbing, not the engine)."""
+
+    cache_key = "fake"
+
+    def __call__(self, models: TrainedModels, split: TimeSplit, rows: RowKeys) -> ServedRows:
+        rng = np.random.default_rng(7)
+        n = len(rows.user)
+        tier = rng.choice([TIER_EXACT, TIER_AGGREGATE, TIER_MISSING], n).astype(np.int64)
+        vector = rng.normal(0, 1, (n, models.dim)).astype(np.float32)
+        vector[tier == TIER_MISSING] = 0.0
+        shares = {str(t): float(np.mean(tier == t)) for t in np.unique(tier)}
+        return ServedRows(tier, vector, np.ones(n, bool), shares)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[SeedRun, dict[str, Any]]:
+    calls: dict[str, Any] = {}
+    real = experiment.tune_vm
+
+    def spy(spec, cfg, n_users, n_items, train, valid, seed, fixed, head, candidates, base):  # type: ignore[no-untyped-def]
+        calls[spec.name] = {"candidates": candidates, "fixed": fixed, "base": base}
+        return real(spec, cfg, n_users, n_items, train, valid, seed, fixed, head, candidates, base)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(experiment, "tune_vm", spy)
+    try:
+        run = run_seed(taste_world(120, 30), CFG, seed=0, engine_tiers=FakeEngine())
+    finally:
+        mp.undo()
+    return run, calls
+
+
+def test_engine_kd_is_tuned_on_the_kd_grid_at_vm_solaris_point(
+    recorded: tuple[SeedRun, dict[str, Any]],
+) -> None:
+    run, calls = recorded
+    got = calls["vm_solaris_engine_kd"]["candidates"]
+    kd = calls["vm_kd"]["candidates"]
+    assert got is not None and len(got) == len(kd) == 4  # the same budget as vm_kd
+    assert {(g.kd_weight, g.kd_temperature) for g in got} == {
+        (w, t) for w in CFG.kd_weights for t in CFG.kd_temperatures
+    }
+    sol = run.tuned["vm_solaris@0"]
+    assert all(
+        (g.lr, g.weight_decay, g.id_dropout) == (sol.lr, sol.weight_decay, sol.id_dropout)
+        for g in got
+    )
+    # the chosen KD point is what `tuned` (the JSON's "tuned") records
+    chosen = run.tuned["vm_solaris_engine_kd"]
+    assert (chosen.kd_weight, chosen.kd_temperature) in {
+        (g.kd_weight, g.kd_temperature) for g in got
+    }
+
+
+def test_engine_kd_falls_back_to_vm_kd(recorded: tuple[SeedRun, dict[str, Any]]) -> None:
+    run, calls = recorded
+    assert calls["vm_solaris_engine_kd"]["base"] is run.vms["vm_kd"]
+    assert calls["vm_solaris_engine"]["base"] is run.vms["vm"]
+    # with every input unavailable it scores exactly as vm_kd
+    np.testing.assert_allclose(
+        run.test_probs["vm_solaris_engine_kd_unavailable"], run.test_probs["vm_kd"], atol=1e-6
+    )
+    assert run.test_probs["vm_solaris_engine_kd_missing"].shape == run.test_probs["vm_kd"].shape
+
+
+def test_later_seeds_reuse_the_chosen_kd_point(recorded: tuple[SeedRun, dict[str, Any]]) -> None:
+    run, _ = recorded
+    calls: dict[str, Any] = {}
+    real = experiment.tune_vm
+
+    def spy(spec, cfg, n_users, n_items, train, valid, seed, fixed, head, candidates, base):  # type: ignore[no-untyped-def]
+        calls[spec.name] = fixed
+        return real(spec, cfg, n_users, n_items, train, valid, seed, fixed, head, candidates, base)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(experiment, "tune_vm", spy)
+    try:
+        again = run_seed(taste_world(120, 30), CFG, 1, run.tuned, engine_tiers=FakeEngine())
+    finally:
+        mp.undo()
+    assert calls["vm_solaris_engine_kd"] == run.tuned["vm_solaris_engine_kd"]
+    assert (
+        again.tuned["vm_solaris_engine_kd"].kd_weight == run.tuned["vm_solaris_engine_kd"].kd_weight
+    )
