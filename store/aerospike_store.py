@@ -33,6 +33,7 @@ from typing import Any
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocol import ReadBatch, ReadResult
+from store.state_slots import StateWrites, state_items
 from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 log = logging.getLogger(__name__)
@@ -196,10 +197,12 @@ class AerospikeStore:
             [(self._key("hist", str(user)), value) for user, value in histories.items()], ttl_ms
         )
 
-    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
-        """Unconditional, like every Aerospike write (conditional writes: Redis and memory)."""
+    def write_states(self, states: StateWrites, ttl_ms: int) -> None:
+        """Unconditional, like every Aerospike write (conditional writes: Redis and memory):
+        one state per user, the last written (no previous state, see :mod:`store.state_slots`)."""
+        last = dict(state_items(states))
         self._write_values(
-            [(self._key("st", str(user)), value) for user, value in states.items()], ttl_ms
+            [(self._key("st", str(user)), value) for user, value in last.items()], ttl_ms
         )
 
     def _batch_read(

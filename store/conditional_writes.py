@@ -45,8 +45,31 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-NEWER_OR_EQUAL_SHA = hashlib.sha1(NEWER_OR_EQUAL_LUA.encode()).hexdigest().encode()
-_EVALSHA_HEAD = b"*6\r\n$7\r\nEVALSHA\r\n$40\r\n" + NEWER_OR_EQUAL_SHA + b"\r\n$1\r\n1\r\n"
+
+
+class LuaWrite:
+    """A one-key write script (``KEYS[1]`` = key, ``ARGV`` = value, ttl ms; replies 1 written,
+    0 skipped), sent as ``EVALSHA`` commands packed by hand."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest().encode()
+        self._head = b"*6\r\n$7\r\nEVALSHA\r\n$40\r\n" + self.sha + b"\r\n$1\r\n1\r\n"
+
+    def pack_many(self, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> bytes:
+        """``EVALSHA <sha> 1 key value ttl`` for each item, as consecutive RESP commands."""
+        ttl = b"%d" % ttl_ms
+        tail = b"$%d\r\n%s\r\n" % (len(ttl), ttl)
+        head = self._head
+        return b"".join(
+            [
+                b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (head, len(k), k, len(v), v, tail)
+                for k, v in items
+            ]
+        )
+
+
+NEWER_OR_EQUAL = LuaWrite(NEWER_OR_EQUAL_LUA)
 
 
 def event_time_of(value: bytes) -> int | None:
@@ -67,34 +90,30 @@ def newer_or_equal(old: bytes | None, new: bytes) -> bool:
     return old_t is None or new_t is None or old_t <= new_t
 
 
-def pack_evalsha_many(items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> bytes:
-    """``EVALSHA <sha> 1 key value ttl`` for each item, as consecutive RESP commands."""
-    ttl = b"%d" % ttl_ms
-    tail = b"$%d\r\n%s\r\n" % (len(ttl), ttl)
-    return b"".join(
-        [
-            b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (_EVALSHA_HEAD, len(k), k, len(v), v, tail)
-            for k, v in items
-        ]
-    )
-
-
-def write_newer_many(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> int:
-    """Conditionally write every item in one packed send; returns how many were *skipped*
-    (an equal or newer value was stored). Loads the script when the server lacks it (first use,
-    or after a restart or ``SCRIPT FLUSH``) and sends the batch again: the writes are
-    idempotent. Raises the first other error reply (``redis.ResponseError``) or the
-    transport's error, like :func:`store.redis_writes.set_px_many`."""
+def write_newer_many(
+    client: redis.Redis,
+    items: Sequence[tuple[bytes, bytes]],
+    ttl_ms: int,
+    script: LuaWrite = NEWER_OR_EQUAL,
+) -> int:
+    """Conditionally write every item in one packed send with ``script`` (default: never
+    replace a newer event time); returns how many were *skipped*. Loads the script when the
+    server lacks it (first use, or after a restart or ``SCRIPT FLUSH``) and sends the batch
+    again: the writes are idempotent. Raises the first other error reply
+    (``redis.ResponseError``) or the transport's error, like
+    :func:`store.redis_writes.set_px_many`."""
     if not items:
         return 0
     try:
-        return _send(client, items, ttl_ms)
+        return _send(client, items, ttl_ms, script)
     except redis.exceptions.NoScriptError:  # redis-py's class for the NOSCRIPT reply
         pass
-    client.script_load(NEWER_OR_EQUAL_LUA)
-    return _send(client, items, ttl_ms)
+    client.script_load(script.source)
+    return _send(client, items, ttl_ms, script)
 
 
-def _send(client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int) -> int:
-    replies = send_packed_many(client, pack_evalsha_many(items, ttl_ms), len(items))
+def _send(
+    client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int, script: LuaWrite
+) -> int:
+    replies = send_packed_many(client, script.pack_many(items, ttl_ms), len(items))
     return sum(1 for written in replies if written == 0)

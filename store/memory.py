@@ -13,6 +13,7 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from store.conditional_writes import newer_or_equal
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
+from store.state_slots import StateWrites, merge_state, state_items
 from store.values import encode_aggregate, encode_neighbours, encode_pairs
 
 
@@ -76,9 +77,23 @@ class InMemoryStore:
         h = self.layout.history
         self._put_many([(h(user), value) for user, value in histories.items()], ttl_ms)
 
-    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
+    def write_states(self, states: StateWrites, ttl_ms: int) -> None:
+        """The Redis script's rule (:func:`~store.state_slots.merge_state`), one state at a
+        time in write order: the newest two states per user, an older one never replaces the
+        newest. The rule sees a value the clock expired too (Redis would have expired it only
+        in wall time): it decides on event times alone."""
         st = self.layout.state
-        self._put_newer([(st(user), value) for user, value in states.items()], ttl_ms)
+        merged: dict[bytes, bytes] = {}
+        for user, value in state_items(states):
+            key = st(user)
+            entry = self._data.get(key)
+            old = merged[key] if key in merged else (entry[1] if entry else None)
+            new = merge_state(old, value, ttl_ms)
+            if new is None:
+                self.stale_skipped += 1
+            else:
+                merged[key] = new
+        self._put_many(list(merged.items()), ttl_ms)
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         del timeout_ms  # in-process reads cannot block

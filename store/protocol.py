@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.state_slots import StateWrites
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +81,10 @@ class FeatureStore(Protocol):
         """Users' encoded histories (:func:`store.history_values.encode_history`) by user id."""
         ...
 
-    def write_states(self, states: Mapping[int, bytes], ttl_ms: int) -> None:
-        """Users' encoded FM states (:func:`store.values.encode_state`) by user id; a value is
-        replaced only by one of an equal or newer event time (same rule as pairs)."""
+    def write_states(self, states: StateWrites, ttl_ms: int) -> None:
+        """Users' encoded FM states (:func:`store.values.encode_state`), ``{user: state}`` or
+        ``(user, state)`` pairs merged in order: each user's key keeps its two newest states
+        (:mod:`store.state_slots`); an older state never replaces the newest."""
         ...
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult: ...

@@ -37,6 +37,7 @@ from store.reader_types import Lookup as Lookup
 from store.reader_types import RequestFeatures as RequestFeatures
 from store.reader_types import StateDecoder as StateDecoder
 from store.reader_types import Warmable as Warmable
+from store.state_slots import split_states
 from store.tiers import Tier
 from store.values import StoredVector, decode_neighbours, decode_vector, encode_pair
 
@@ -258,13 +259,16 @@ class FeatureReader:
     def _fill_state(
         self, raw: bytes | None, items: list[int], rest: np.ndarray, t: int, out: Lookup
     ) -> bool:
-        """Serve every candidate in ``rest`` the user's fresh state decoded for it; True if it
-        did. A state of another width or model, or a failed or non-finite decode, falls
-        through to the next tier (counted: ``state_decode_errors``)."""
+        """Serve every candidate in ``rest`` the user's newest fresh state (of the two the key
+        keeps, :mod:`store.state_slots`) decoded for it; True if it did. A state of another
+        width or model, or a failed or non-finite decode, falls through to the next tier
+        (counted: ``state_decode_errors``)."""
         decoder = self.states
         if raw is None or decoder is None:
             return False
-        state = self._fresh_one(raw, t, self.config.state_ttl_ms, decoder.width)
+        ttl = self.config.state_ttl_ms
+        fresh = (self._fresh_one(v, t, ttl, decoder.width) for v in split_states(raw))
+        state = next((s for s in fresh if s is not None), None)
         if state is None:
             return False
         idx = np.flatnonzero(rest)

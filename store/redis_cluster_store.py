@@ -60,7 +60,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from store.conditional_writes import write_newer_many
+from store.conditional_writes import NEWER_OR_EQUAL, LuaWrite, write_newer_many
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
@@ -278,10 +278,14 @@ class RedisClusterStore(KeyedWrites):
 
         self._write_routed(items, send)
 
-    def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
+    def _write_newer(
+        self, items: list[tuple[bytes, bytes]], ttl_ms: int, script: LuaWrite = NEWER_OR_EQUAL
+    ) -> int:
         """The compare-and-set script per key (``EVALSHA``; a primary without the script, e.g.
         a promoted replica, loads it and the node's batch is sent again)."""
-        return self._write_routed(items, lambda node, part: write_newer_many(node, part, ttl_ms))
+        return self._write_routed(
+            items, lambda node, part: write_newer_many(node, part, ttl_ms, script)
+        )
 
     def _write_routed(
         self,

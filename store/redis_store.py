@@ -25,7 +25,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from store.conditional_writes import write_newer_many
+from store.conditional_writes import NEWER_OR_EQUAL, LuaWrite, write_newer_many
 from store.errors import StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
@@ -85,11 +85,13 @@ class RedisStore(KeyedWrites):
         with redis_write_errors("redis", len(items)):
             set_px_many(self._writer, items, ttl_ms)
 
-    def _write_newer(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> int:
+    def _write_newer(
+        self, items: list[tuple[bytes, bytes]], ttl_ms: int, script: LuaWrite = NEWER_OR_EQUAL
+    ) -> int:
         if not items:
             return 0
         with redis_write_errors("redis", len(items)):
-            return write_newer_many(self._writer, items, ttl_ms)
+            return write_newer_many(self._writer, items, ttl_ms, script)
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

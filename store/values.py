@@ -139,6 +139,18 @@ def encode_state(
     return _seal(head + vector)
 
 
+def pair_value_length(raw: bytes) -> int | None:
+    """Bytes of the pair-layout value (a pair or a state) that ``raw`` starts with, from its
+    header; None when ``raw`` does not start with one."""
+    if len(raw) < _HEAD.size:
+        return None
+    fmt, dtype_code, dim, _, _ = _HEAD.unpack_from(raw)
+    dtype = _DTYPES.get(dtype_code)
+    if fmt != FORMAT_PAIR or dtype is None:
+        return None
+    return PAIR_OVERHEAD + int(dim) * int(dtype.itemsize)
+
+
 def encode_aggregate(rec: UserAggregate) -> bytes:
     head = _HEAD.pack(
         FORMAT_AGGREGATE,

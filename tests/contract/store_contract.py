@@ -12,6 +12,7 @@ from schemas.records import NeighbourList, PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
 from store.history_values import decode_history, encode_history
 from store.protocol import FeatureStore, ReadBatch
+from store.state_slots import split_states
 from store.values import decode_neighbours, decode_vector, encode_state, version_tag
 
 T0 = 1_700_000_000_000
@@ -143,6 +144,30 @@ class StoreContract:
         got = decode_vector(store.read(ReadBatch(states=[15]), 500).states[0])
         assert got.event_time_ms == T0 + 10
         np.testing.assert_array_equal(got.array(), new)
+
+    def test_the_previous_state_is_kept_beside_the_newest(self, store: FeatureStore) -> None:
+        """The state key keeps the two newest states, newest first (a redelivery replaces the
+        newest only), so a lookup at the newest's own event time has the previous one."""
+        states = [np.full(6, x, np.float32) for x in (1.0, 2.0, 3.0, 4.0)]
+        for t, x in ((T0, states[0]), (T0 + 10, states[1]), (T0 + 20, states[2])):
+            store.write_states({16: encode_state(t, "fm-test", x, VectorDtype.FLOAT16)}, HOUR)
+        store.write_states(
+            {16: encode_state(T0 + 20, "fm-test", states[3], VectorDtype.FLOAT16)}, HOUR
+        )
+        raw = store.read(ReadBatch(states=[16]), 500).states[0]
+        assert raw is not None
+        got = [decode_vector(v) for v in split_states(raw)]
+        assert [g.event_time_ms for g in got] == [T0 + 20, T0 + 10]
+        np.testing.assert_array_equal(got[0].array(), states[3])
+        np.testing.assert_array_equal(got[1].array(), states[1])
+        # a newest more than the TTL older than the new state is not kept beside it
+        late = T0 + 20 + HOUR + 1
+        store.write_states(
+            {16: encode_state(late, "fm-test", states[0], VectorDtype.FLOAT16)}, HOUR
+        )
+        raw = store.read(ReadBatch(states=[16]), 500).states[0]
+        assert raw is not None
+        assert [decode_vector(v).event_time_ms for v in split_states(raw)] == [late]
 
     def test_empty_batch_reads_nothing(self, store: FeatureStore) -> None:
         res = store.read(ReadBatch(), 500)

@@ -19,6 +19,7 @@ from schemas.limits import Limits
 from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
 from store.keys import KeyLayout
 from store.memory import InMemoryStore
+from store.state_slots import split_states
 from store.values import decode_vector
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import UserHistory
@@ -193,16 +194,19 @@ def compare_vectors(left: dict[bytes, bytes], right: dict[bytes, bytes]) -> Vect
         if left[key] == right[key]:
             equal += 1
             continue
-        a, b = decode_vector(left[key]), decode_vector(right[key])
-        if (a.event_time_ms, a.version_tag, a.count, a.dim) != (
-            b.event_time_ms,
-            b.version_tag,
-            b.count,
-            b.dim,
-        ):
+        # a state key holds up to two values (store.state_slots); pairs and aggregates one
+        lefts, rights = split_states(left[key]), split_states(right[key])
+        heads = [
+            [(v.event_time_ms, v.version_tag, v.count, v.dim) for v in vs]
+            for vs in ([decode_vector(x) for x in lefts], [decode_vector(x) for x in rights])
+        ]
+        if heads[0] != heads[1]:
+            print(f"{key!r}: headers {heads[0]} vs {heads[1]}")
             bad_head.append(key)
             continue
-        delta = max(delta, float(np.max(np.abs(a.array() - b.array()))))
+        for a, b in zip(lefts, rights, strict=True):
+            va, vb = decode_vector(a).array(), decode_vector(b).array()
+            delta = max(delta, float(np.max(np.abs(va - vb))))
     return VectorDiff(
         sorted(left.keys() - right.keys()),
         sorted(right.keys() - left.keys()),

@@ -19,9 +19,11 @@ from models.data.synthetic import SyntheticConfig, generate
 from schemas.records import ImpressionEvent, PairEmbedding, ProposalBatch, RequestEvent
 from schemas.vectors import VectorDtype
 from store.memory import InMemoryStore
+from store.protocol import ReadBatch
 from store.reader import FeatureReader
+from store.state_slots import split_states
 from store.tiers import SERVING_ORDER, Tier
-from store.values import encode_state
+from store.values import decode_vector, encode_state
 from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.history import UserHistory
 from streams.engine.models import EngineModels
@@ -160,6 +162,23 @@ def test_an_older_state_never_replaces_a_newer_one(store: InMemoryStore) -> None
     assert store.stale_skipped == 1
 
 
+def test_a_state_stored_at_the_requests_own_time_leaves_the_previous_one_served(
+    store: InMemoryStore,
+) -> None:
+    """Live, the pipeline may store request r's state before the ranker reads for r: the
+    lookup must still serve the state of the user's previous request, as the simulator
+    (which reads before it writes) does."""
+    store.write_states({1: state_value(T0, (1.0, 10.0, 0.0))}, HOUR)  # previous request
+    store.write_states({1: state_value(T0 + 500, (2.0, 20.0, 1.0))}, HOUR)  # this request
+    vectors, tiers, ages = reader(store, FakeState()).lookup(1, [7], T0 + 500)
+    assert tiers[0] == Tier.STATE and ages[0] == 500
+    np.testing.assert_allclose(vectors, decode_ref(np.array([7]), np.array([[1.0, 10.0, 0.0]])))
+    # a later request serves the newest
+    vectors, _, ages = reader(store, FakeState()).lookup(1, [7], T0 + 600)
+    assert ages[0] == 100
+    np.testing.assert_allclose(vectors, decode_ref(np.array([7]), np.array([[2.0, 20.0, 1.0]])))
+
+
 def _batch(user: int, t: int, hist: tuple[list[int], list[int], list[int]]) -> ProposalBatch:
     items, labels, times = hist
     return ProposalBatch(
@@ -176,21 +195,44 @@ def _batch(user: int, t: int, hist: tuple[list[int], list[int], list[int]]) -> P
     )
 
 
-def test_state_step_keeps_each_users_newest_message_and_refuses_nonfinite_states() -> None:
+def test_state_step_keeps_each_users_two_newest_messages_and_refuses_nonfinite_states() -> None:
+    first = embed_input(None, _batch(1, 50, ([], [], [])))
     a = embed_input(None, _batch(1, 100, ([5], [1], [50])))
     b = embed_input(None, _batch(1, 200, ([5, 6], [1, 0], [50, 150])))
     c = embed_input(None, _batch(2, 150, ([], [], [])))
-    rows = state_rows([b, a, c])
-    assert rows.users == [1, 2] and rows.times.tolist() == [200, 150]
+    rows = state_rows([b, first, a, c])
+    assert rows.users == [1, 1, 2] and rows.times.tolist() == [100, 200, 150]  # older first
     model = FakeState()
-    got = user_states([b, a, c], model.states, "fm", VectorDtype.FLOAT16)
+    got = user_states([b, first, a, c], model.states, "fm", VectorDtype.FLOAT16)
     assert got.nonfinite == 0
-    assert got.values[1] == state_value(200, (2.0, 5.5, 1.0))
-    assert got.values[2] == state_value(150, (0.0, 0.0, 0.0))
+    assert got.values == [
+        (1, state_value(100, (1.0, 5.0, 1.0))),
+        (1, state_value(200, (2.0, 5.5, 1.0))),
+        (2, state_value(150, (0.0, 0.0, 0.0))),
+    ]
     huge = encode_states(
-        rows, np.array([[1e6, 0, 0], [1, 2, 3]], np.float32), "fm", VectorDtype.FLOAT16
+        rows, np.array([[1, 2, 3], [1e6, 0, 0], [1, 2, 3]], np.float32), "fm", VectorDtype.FLOAT16
     )
-    assert list(huge.values) == [2] and huge.nonfinite == 1  # 1e6 overflows float16
+    assert [u for u, _ in huge.values] == [1, 2] and huge.nonfinite == 1  # 1e6 overflows f16
+
+
+def test_what_is_stored_does_not_depend_on_how_messages_were_grouped() -> None:
+    """The live FM worker's micro-batches are not the simulator's: the state key must hold the
+    same two states whichever way a user's messages were split into calls."""
+    msgs = [
+        embed_input(None, _batch(1, T0 + t, ([5, 6][:k], [1, 0][:k], [T0 + 10, T0 + 20][:k])))
+        for k, t in enumerate((50, 100, 200, 300))
+    ]
+    held = []
+    for groups in ([msgs], [msgs[:1], msgs[1:]], [msgs[:3], msgs[3:]], [[m] for m in msgs]):
+        store = InMemoryStore(clock_ms=lambda: T0)
+        for group in groups:
+            store.write_states(
+                user_states(group, FakeState().states, "fm", VectorDtype.FLOAT16).values, HOUR
+            )
+        held.append(store.read(ReadBatch(states=[1]), 100).states[0])
+    assert held[0] is not None and all(h == held[0] for h in held)
+    assert [decode_vector(v).event_time_ms for v in split_states(held[0])] == [T0 + 300, T0 + 200]
 
 
 def test_simulator_serves_the_decoded_state_of_the_users_previous_verified_request() -> None:

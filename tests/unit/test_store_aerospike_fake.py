@@ -78,6 +78,10 @@ class TestAerospikeStoreOnFake(StoreContract):
     def test_an_older_state_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
         super().test_an_older_state_never_replaces_a_newer_one(store)
 
+    @_NOT_CONDITIONAL
+    def test_the_previous_state_is_kept_beside_the_newest(self, store: AerospikeStore) -> None:
+        super().test_the_previous_state_is_kept_beside_the_newest(store)
+
     """The shared contract, with physical TTL on the fake's clock."""
 
 

@@ -7,9 +7,12 @@ candidate without an exact pair still gets an item-specific vector, where the ag
 gives every candidate the same one. Offline (``models.fallback_designs``, design B) this beat
 both the aggregate and the similar-items design on every MovieLens dataset.
 
-One state per user per call: the newest message's (the conditional write keeps the newest
-across calls). Both drivers call :func:`user_states`; only the model call differs (the live
-agent runs it in the model thread).
+The states of each user's two newest messages per call, written oldest first: the store keeps
+each user's two newest states across calls (:mod:`store.state_slots`, so a lookup racing the
+write of its own request's state still has the previous one), and writing every message that
+could be one of them makes what is stored independent of how messages were grouped into
+calls (the live FM worker's micro-batches differ from the simulator's). Both drivers call
+:func:`user_states`; only the model call differs (the live agent runs it in the model thread).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from schemas.vectors import VectorDtype
+from store.state_slots import SLOTS
 from store.values import encode_state
 from streams.engine.history import UserHistory
 from streams.engine.steps.embed import EmbedInput
@@ -43,7 +47,8 @@ class StateModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StateRows:
-    """The rows one state call computes: the newest message of each user."""
+    """The rows one state call computes: each user's newest messages (up to
+    :data:`~store.state_slots.SLOTS`), a user's older first."""
 
     users: list[int]
     times: np.ndarray  #: int64 [B]: each user's newest request time
@@ -52,21 +57,24 @@ class StateRows:
 
 @dataclass(frozen=True, slots=True)
 class StateValues:
-    """What to write (``{user: encoded state}``) and how many were refused as non-finite."""
+    """What to write (``(user, encoded state)`` in write order) and how many were refused as
+    non-finite."""
 
-    values: dict[int, bytes]
+    values: list[tuple[int, bytes]]
     nonfinite: int
 
 
 def state_rows(items: Sequence[EmbedInput[Any]]) -> StateRows:
-    """The newest message of each user among ``items`` (the later one on equal times)."""
-    newest: dict[int, EmbedInput[Any]] = {}
+    """Each user's newest messages among ``items`` (up to ``SLOTS``; on equal times the later
+    in ``items`` counts as newer), a user's older first."""
+    by_user: dict[int, list[EmbedInput[Any]]] = {}
     for it in items:
-        b = it.batch
-        seen = newest.get(b.user_id)
-        if seen is None or b.event_time_ms >= seen.batch.event_time_ms:
-            newest[b.user_id] = it
-    rows = list(newest.values())
+        by_user.setdefault(it.batch.user_id, []).append(it)
+    rows = [
+        it
+        for its in by_user.values()
+        for it in sorted(its, key=lambda x: x.batch.event_time_ms)[-SLOTS:]  # stable on ties
+    ]
     return StateRows(
         [it.batch.user_id for it in rows],
         np.array([it.batch.event_time_ms for it in rows], np.int64),
@@ -82,11 +90,11 @@ def encode_states(
     with np.errstate(over="ignore"):  # an overflow is what this looks for
         stored = np.asarray(states, np.float32).astype(dtype.numpy)
     finite = np.isfinite(stored).all(axis=1)
-    values = {
-        user: encode_state(int(t), model_version, states[i], dtype)
+    values = [
+        (user, encode_state(int(t), model_version, states[i], dtype))
         for i, (user, t) in enumerate(zip(rows.users, rows.times.tolist(), strict=True))
         if finite[i]
-    }
+    ]
     return StateValues(values, int((~finite).sum()))
 
 
@@ -100,5 +108,5 @@ def user_states(
     ``states`` (called once, only when there is a message)."""
     rows = state_rows(items)
     if not rows.users:
-        return StateValues({}, 0)
+        return StateValues([], 0)
     return encode_states(rows, run(rows.times, rows.histories), model_version, dtype)
