@@ -29,6 +29,7 @@ from streams.engine.models import EngineModels
 from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
+from streams.engine.steps.aggregate import aggregate_step
 from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
@@ -181,10 +182,15 @@ class Simulator:
         self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
         self._write_state(item)
         self.speculation.on_embedded(len(embeddings))
-        aggregate = self.aggregator.add(self.agg_states.setdefault(u, AggregateState()), embeddings)
+        step = aggregate_step([embeddings], self._agg_state, self.aggregator)
+        self.refused_outputs += len(step.refused)
+        aggregate = step.aggregates.get(u)
         if aggregate is not None:
             self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
             self.agg_newest[u] = aggregate.event_time_ms
+
+    def _agg_state(self, user: int) -> AggregateState:
+        return self.agg_states.setdefault(user, AggregateState())
 
     def _write_state(self, item: EmbedInput[None]) -> None:
         """The user's FM state as of this request, for the state tier (what the live embed

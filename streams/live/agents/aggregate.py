@@ -1,12 +1,12 @@
 """embeddings → rolling 24 h user aggregates (table ``aggregates``) → store.
 
-Per batch: every message updates its user's state in event order, the batch's aggregates go to
-the store in one write, and only then is state saved — a crash in between re-adds the same
-pairs and writes the same aggregates again (idempotent).
+Per batch: the aggregate step (:mod:`streams.engine.steps.aggregate`, the simulator's too)
+folds every message into its user's state in batch order, the batch's aggregates go to the
+store in one write, and only then is state saved — a crash in between re-adds the same pairs
+and writes the same aggregates again (idempotent).
 
-A message that fails (for one, an embedding of this worker's FM version whose dim is not that
-FM's: the aggregator's :func:`~streams.engine.aggregator.check_model_dim`, the same rule in
-the simulator) is dead-lettered alone
+A message the step refuses (for one, an embedding of this worker's FM version whose dim is not
+that FM's: :func:`~streams.engine.aggregator.check_model_dim`) is dead-lettered alone
 (``processing_error``). Messages of another model version are accepted; they restart the user's
 buckets (see :mod:`streams.engine.aggregator`).
 """
@@ -17,9 +17,9 @@ from typing import Any
 
 import faust
 
-from schemas.records import EmbeddingBatch, UserAggregate
-from streams.engine.aggregator import AggregateState
+from schemas.records import EmbeddingBatch
 from streams.engine.state import AGGREGATES
+from streams.engine.steps.aggregate import aggregate_step
 from streams.live import metrics
 from streams.live.agents.context import AgentContext, as_current
 from streams.live.retry import write_with_retry
@@ -30,26 +30,22 @@ def register(ctx: AgentContext) -> None:
     aggregator = parts.stages.aggregator
 
     async def aggregate_batch(events: list[Any]) -> None:
-        states: dict[int, tuple[Any, AggregateState]] = {}  # user -> (last event, state)
-        latest: dict[int, UserAggregate] = {}
+        admitted: list[tuple[Any, EmbeddingBatch]] = []
         for event in events:
             rec = await ctx.admitted(event, EmbeddingBatch)
-            if rec is None:
-                continue
-            async with ctx.processing(event):
-                _, state = states.get(rec.user_id) or (
-                    None,
-                    AGGREGATES.load(table.get(rec.user_id)),
-                )
-                stale = aggregator.stale_dropped
-                agg = aggregator.add(state, rec.pairs())
-                if aggregator.stale_dropped != stale:
-                    metrics.STALE_EMBEDDINGS.inc(aggregator.stale_dropped - stale)
-                states[rec.user_id] = (event, state)
-                if agg is not None:
-                    latest[rec.user_id] = agg
-        if latest:
-            aggs = list(latest.values())
+            if rec is not None:
+                admitted.append((event, rec))
+        result = aggregate_step(
+            [rec.pairs() for _, rec in admitted],
+            lambda user: AGGREGATES.load(table.get(user)),
+            aggregator,
+        )
+        for index, exc in result.refused:
+            await ctx.dead_for(admitted[index][0], exc)
+        if result.stale_dropped:
+            metrics.STALE_EMBEDDINGS.inc(result.stale_dropped)
+        if result.aggregates:
+            aggs = list(result.aggregates.values())
             before = int(getattr(parts.store, "stale_skipped", 0))
             await write_with_retry(
                 "write_aggregates",
@@ -59,8 +55,9 @@ def register(ctx: AgentContext) -> None:
             metrics.count_stale_skipped(parts.store, before, "aggregate")
             for agg in aggs:
                 parts.aggregate_times[agg.user_id] = agg.event_time_ms
-        for user, (event, state) in states.items():
-            with as_current(event):
+        last_event = {rec.user_id: event for event, rec in admitted}  # the changelog's origin
+        for user, state in result.states.items():
+            with as_current(last_event[user]):
                 table[user] = AGGREGATES.dump(state)
 
     @ctx.app.agent(ctx.topics["embeddings"], concurrency=1, name="aggregate")
