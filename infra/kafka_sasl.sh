@@ -10,7 +10,8 @@
 #   tls/broker.p12            the broker's key and certificate (SAN 127.0.0.1, localhost)
 #   credentials.env           SOLARIS_* client settings of user "solaris" (source it, or read it)
 # Users: "solaris" for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (same random password), and an
-# "admin" SCRAM-SHA-512 user for the broker itself. Passwords are random and only in files.
+# "admin" PLAIN user for the broker itself (inter-broker, over TLS) and for adding the SCRAM
+# users. Passwords are random and only in files, never on a command line (see add_scram_users).
 #
 # Env knobs (defaults in brackets):
 #   SOLARIS_CACHE_DIR               [$HOME/.cache/solaris]
@@ -115,8 +116,8 @@ advertised.listeners=SASL_SSL://127.0.0.1:$PORT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=SASL_SSL
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
-sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
-listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$jaas_scram username="admin" password="$ADMIN_PASSWORD";
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$jaas_scram;
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$jaas_scram;
 listener.name.sasl_ssl.plain.sasl.jaas.config=$jaas_plain username="admin" password="$ADMIN_PASSWORD" user_admin="$ADMIN_PASSWORD" user_solaris="$USER_PASSWORD";
 ssl.keystore.type=PKCS12
@@ -140,17 +141,45 @@ EOF
   )
 }
 
-# SCRAM credentials live in the KRaft metadata log: they are added when storage is formatted.
 format_storage() {
   local libs="$1" cid
   [[ -f "$KRAFT_DIR/meta.properties" ]] && return 0
   cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | sed 's/^-/A/')"
   "$JAVA" -Xmx256m -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$LOG_DIR" \
     -cp "$libs/*" kafka.tools.StorageTool format -t "$cid" -c "$SERVER_PROPS" \
-    --add-scram "SCRAM-SHA-512=[name=admin,password=$ADMIN_PASSWORD]" \
-    --add-scram "SCRAM-SHA-512=[name=solaris,password=$USER_PASSWORD]" \
-    --add-scram "SCRAM-SHA-256=[name=solaris,password=$USER_PASSWORD]" \
     >>"$OUT_LOG" 2>&1 || { tail -n 30 "$OUT_LOG" >&2; die "storage format failed"; }
+}
+
+# SCRAM credentials live in the KRaft metadata log. They are added once the broker runs, by
+# Kafka's ConfigCommand logged in as admin over PLAIN, reading every password from files only
+# readable by us (--command-config, --add-config-file): `kafka-storage format --add-scram`
+# would put them on a command line, which any local user can read in `ps`.
+add_scram_users() {
+  local libs="$1" admin_conf="$DATA_DIR/admin-client.properties" users="$DATA_DIR/scram-users"
+  [[ -f "$DATA_DIR/.scram-done" ]] && return 0
+  (umask 077; cat >"$admin_conf" <<EOF
+security.protocol=SASL_SSL
+sasl.mechanism=PLAIN
+sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$ADMIN_PASSWORD";
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$TLS_DIR/truststore.p12
+ssl.truststore.password=$STORE_PASSWORD
+EOF
+  )
+  local mechanism out rc
+  for mechanism in SCRAM-SHA-256 SCRAM-SHA-512; do  # one mechanism per request (Kafka's rule)
+    (umask 077; printf '%s=password=%s\n' "$mechanism" "$USER_PASSWORD" >"$users")
+    rc=0
+    out="$("$JAVA" -Xmx256m -Dlog4j2.configurationFile="$LOG4J_CONF" \
+      -Dkafka.logs.dir="$LOG_DIR" -cp "$libs/*" kafka.admin.ConfigCommand \
+      --bootstrap-server "127.0.0.1:$PORT" --command-config "$admin_conf" --alter \
+      --entity-type users --entity-name solaris --add-config-file "$users" 2>&1)" || rc=$?
+    rm -f "$users"
+    out="${out//$USER_PASSWORD/<password>}"  # its errors quote the file's lines
+    printf '%s\n' "$out" >>"$OUT_LOG"
+    (( rc == 0 )) || { printf '%s\n' "$out" | tail -n 30 >&2; die "adding $mechanism failed"; }
+  done
+  touch "$DATA_DIR/.scram-done"
 }
 
 running_pid() {
@@ -195,6 +224,7 @@ cmd_start() {
     kill -0 "$pid" 2>/dev/null || { tail -n 40 "$OUT_LOG" >&2; die "broker exited during startup"; }
     if { tail -c +"$((mark_out + 1))" "$OUT_LOG"; tail -c +"$((mark_log + 1))" "$LOG_DIR/server.log"; } \
         2>/dev/null | grep -q "Kafka Server started"; then
+      add_scram_users "$libs"
       log "ready after $((SECONDS - t0))s (pid $pid); client settings in $CLIENT_ENV"
       return 0
     fi

@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,9 +84,11 @@ def sasl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         SOLARIS_KAFKA_HEAP="384m",
     )
     t0 = time.monotonic()
-    start = subprocess.run(
-        [str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300
-    )
+    with CommandLines() as seen:
+        start = subprocess.run(
+            [str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300
+        )
+    _SEEN_COMMAND_LINES[:] = seen.lines
     try:
         if start.returncode != 0:
             if "no Kafka jars" in start.stderr:
@@ -96,6 +99,57 @@ def sasl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         yield dict(line.split("=", 1) for line in lines if "=" in line)
     finally:
         subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+
+
+#: every process command line seen while the module's broker started
+_SEEN_COMMAND_LINES: list[str] = []
+
+
+class CommandLines:
+    """Polls every process's ``/proc/<pid>/cmdline`` in a thread while the block runs (what
+    any local user can read in ``ps``); ``lines`` holds each distinct one."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self.every_s = every_s
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        seen: set[str] = set()
+        while not self._stop.is_set():
+            for path in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    line = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:  # the process ended
+                    continue
+                if line and line not in seen:
+                    seen.add(line)
+                    self.lines.append(line)
+            self._stop.wait(self.every_s)
+
+
+def test_no_password_is_ever_on_a_command_line(sasl_env: dict[str, str]) -> None:
+    """Formatting the storage, starting the broker and adding the SCRAM users take seconds of
+    JVM each; none of them may carry a password in its arguments (``ps`` shows them to every
+    local user). The secrets file holds every password the script made."""
+    secrets_file = Path(sasl_env["SOLARIS_KAFKA_SSL_CAFILE"]).parent.parent / "secrets"
+    secrets = [
+        line.split("=", 1)[1] for line in secrets_file.read_text().splitlines() if "=" in line
+    ]
+    assert len(secrets) == 3 and all(len(s) >= 16 for s in secrets)
+    java = [line for line in _SEEN_COMMAND_LINES if "kafka." in line]
+    assert any("kafka.Kafka" in line for line in java)  # the poller saw the JVMs at all
+    leaked = [line[:120] for line in _SEEN_COMMAND_LINES if any(s in line for s in secrets)]
+    assert not leaked, f"passwords on a command line: {leaked}"
 
 
 def _settings(sasl_env: dict[str, str], **overrides: Any) -> Settings:
