@@ -4,6 +4,7 @@ out, a message it cannot process refused alone with its user's state untouched."
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from schemas.records import PairEmbedding
 from streams.engine.aggregator import AggregateState, RollingAggregator
@@ -74,3 +75,28 @@ def test_late_embeddings_of_a_retired_version_are_counted_per_batch() -> None:
     aggregate_step([[emb(1, 11, T0 + 50, 1.0, version="b")]], lambda _: state, agg)
     got = aggregate_step([[emb(1, 12, T0 + 60, 1.0, version="a")]], lambda _: state, agg)
     assert got.stale_dropped == 1 and not got.aggregates and not got.refused
+
+
+def test_a_user_with_only_refused_messages_has_no_state_to_save() -> None:
+    """Saving it would write a table entry (and a changelog message) for nothing."""
+    batch = [[emb(5, 10, T0, 1.0, dim=2 * DIM)], [emb(6, 11, T0, 1.0)]]
+    got = aggregate_step(batch, lambda _: AggregateState(), aggregator())
+    assert list(got.states) == [6] and [i for i, _ in got.refused] == [0]
+
+
+def test_only_the_errors_asked_for_are_isolated() -> None:
+    """The live agent isolates any error of one message's fold; the simulator only data
+    errors (a bug there must stop the run)."""
+
+    class Broken(RollingAggregator):
+        def add(self, state, embeddings):  # type: ignore[no-untyped-def]
+            if embeddings[0].item_id == 13:
+                raise RuntimeError("bug")
+            return super().add(state, embeddings)
+
+    broken = Broken(24 * H, H, own=(OWN, DIM))
+    batch = [[emb(1, 13, T0, 1.0)], [emb(2, 14, T0, 1.0)]]
+    got = aggregate_step(batch, lambda _: AggregateState(), broken, isolate=(Exception,))
+    assert [i for i, _ in got.refused] == [0] and list(got.aggregates) == [2]
+    with pytest.raises(RuntimeError):
+        aggregate_step(batch, lambda _: AggregateState(), broken)

@@ -6,7 +6,9 @@ the simulator on each embedded request; the rules (own-FM dim check, version res
 embeddings of a retired version dropped, redeliveries not counted twice, event-time window) are
 :class:`~streams.engine.aggregator.RollingAggregator`'s. A message the step cannot process is
 refused alone (:class:`~streams.engine.errors.StepError`, returned with its index: the agent
-dead-letters it, the simulator counts it) and leaves its user's state as it was.
+dead-letters it, the simulator counts it) and leaves its user's state as it was. The live agent
+also isolates any other error of one message's fold (``isolate``: one poison message costs only
+itself); the simulator does not (a bug there should stop the run).
 
 State in, state out: ``load(user)`` gives a user's state (the agent reads its table, the
 simulator its dict); the result holds every state the batch touched, which the caller saves
@@ -27,12 +29,12 @@ from streams.engine.errors import StepError
 class AggregateResult:
     """What one batch changed."""
 
-    #: every user's state the batch touched (save these), in first-touched order
+    #: every user's state a message was folded into (save these), in first-folded order
     states: dict[int, AggregateState] = field(default_factory=dict)
     #: each user's newest aggregate from the batch (store these)
     aggregates: dict[int, UserAggregate] = field(default_factory=dict)
     #: ``(index in the batch, why)`` of each message not folded in
-    refused: list[tuple[int, StepError]] = field(default_factory=list)
+    refused: list[tuple[int, Exception]] = field(default_factory=list)
     #: embeddings dropped as late arrivals of a retired model version
     stale_dropped: int = 0
 
@@ -41,24 +43,28 @@ def aggregate_step(
     messages: Sequence[Sequence[PairEmbedding]],
     load: Callable[[int], AggregateState],
     aggregator: RollingAggregator,
+    isolate: tuple[type[Exception], ...] = (StepError,),
 ) -> AggregateResult:
     """Fold each message (the embeddings of one user's request, in batch order) into its user's
-    state; ``load`` is called once per user."""
+    state; ``load`` is called once per user (outside ``isolate``: a table read error is the
+    infrastructure's, never the message's)."""
     out = AggregateResult()
     before = aggregator.stale_dropped
+    loaded: dict[int, AggregateState] = {}
     for index, embeddings in enumerate(messages):
         if not embeddings:
             continue
         user = embeddings[0].user_id
+        state = loaded.get(user)
+        if state is None:
+            state = loaded[user] = load(user)
         try:
             check_one_message(embeddings)
-            state = out.states.get(user)
-            if state is None:
-                state = out.states[user] = load(user)
             agg = aggregator.add(state, embeddings)
-        except StepError as exc:
+        except isolate as exc:
             out.refused.append((index, exc))
             continue
+        out.states.setdefault(user, state)
         if agg is not None:
             out.aggregates[user] = agg
     out.stale_dropped = aggregator.stale_dropped - before

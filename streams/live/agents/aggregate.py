@@ -39,6 +39,7 @@ def register(ctx: AgentContext) -> None:
             [rec.pairs() for _, rec in admitted],
             lambda user: AGGREGATES.load(table.get(user)),
             aggregator,
+            isolate=(Exception,),  # any error of one message's fold costs only that message
         )
         for index, exc in result.refused:
             await ctx.dead_for(admitted[index][0], exc)
