@@ -27,7 +27,8 @@ def test_state_bench_smoke(tmp_path: Path) -> None:
     res = doc["results"]
     width = res["state_width_floats"]
     assert width == 20 * 32 + 20 + 2 * 32 + 2  # L·D tokens, mask, two means, rate, log n
-    assert res["bytes_per_user"]["state_f16"] == 2 * width
+    # the state key holds two float16 states, each with its 16-byte header and 4-byte checksum
+    assert res["bytes_per_user"]["state_key"] == 2 * (2 * width + 20)
     # measured with the real reader: the state tier adds no round trip and was served
     assert res["round_trips_per_lookup"] == {"state": 1.0, "aggregate": 1.0}
     assert res["lookup_served_state_tier"] is True
