@@ -61,3 +61,13 @@ def bundle(traffic: Path) -> Path:
     )
     engine = EngineServedTiers(traffic, settings)  # vm_solaris learns what the engine serves
     return ensure_bundle(traffic, TINY_TRAIN, settings.cache_dir / "test-models", None, engine)
+
+
+@pytest.fixture(scope="session")
+def traffic_faults() -> Path:
+    """The fault matrix's timed-replay traffic (cached under the test-data dir)."""
+    from tests.integration.fault_harness import fault_traffic
+
+    base = Settings().cache_dir / "test-data"
+    base.mkdir(parents=True, exist_ok=True)
+    return fault_traffic(base / "faults-v1.avro")

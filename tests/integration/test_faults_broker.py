@@ -32,7 +32,6 @@ from tests.integration.fault_harness import (
     STATELESS_RANKING,
     TimedReplay,
     fault_pipeline,
-    fault_traffic,
     free_port,
     pair_keys,
     print_measured,
@@ -117,13 +116,6 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnBroker]:
         yield broker
     finally:
         broker.stop()
-
-
-@pytest.fixture(scope="module")
-def traffic_faults() -> Path:
-    base = Settings().cache_dir / "test-data"
-    base.mkdir(parents=True, exist_ok=True)
-    return fault_traffic(base / "faults-v1.avro")
 
 
 def _run_with_broker_fault(

@@ -35,7 +35,6 @@ from tests.integration.fault_harness import (
     FaultProcs,
     TimedReplay,
     fault_pipeline,
-    fault_traffic,
     pair_keys,
     print_measured,
     wait_caught_up,
@@ -45,13 +44,6 @@ from tests.integration.live_harness import live_settings
 from tests.integration.nothing_lost import check_nothing_lost
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def traffic_faults() -> Path:
-    base = Settings().cache_dir / "test-data"
-    base.mkdir(parents=True, exist_ok=True)
-    return fault_traffic(base / "faults-v1.avro")
 
 
 def _settings(bundle: Path) -> Settings:

@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from streams.settings import REPO_ROOT, Settings
 from streams.topic_reader import read_topic
 from streams.topics import create_topics
 from tests.integration.live_harness import Procs, live_settings
+from tests.integration.proc_cmdlines import CommandLines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -103,38 +103,6 @@ def sasl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
 
 #: every process command line seen while the module's broker started
 _SEEN_COMMAND_LINES: list[str] = []
-
-
-class CommandLines:
-    """Polls every process's ``/proc/<pid>/cmdline`` in a thread while the block runs (what
-    any local user can read in ``ps``); ``lines`` holds each distinct one."""
-
-    def __init__(self, every_s: float = 0.02) -> None:
-        self.every_s = every_s
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> CommandLines:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        seen: set[str] = set()
-        while not self._stop.is_set():
-            for path in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    line = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:  # the process ended
-                    continue
-                if line and line not in seen:
-                    seen.add(line)
-                    self.lines.append(line)
-            self._stop.wait(self.every_s)
 
 
 def test_no_password_is_ever_on_a_command_line(sasl_env: dict[str, str]) -> None:

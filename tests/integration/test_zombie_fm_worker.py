@@ -32,7 +32,6 @@ from tests.integration.fault_harness import (
     STATELESS_RANKING,
     TimedReplay,
     fault_pipeline,
-    fault_traffic,
     print_measured,
     wait_caught_up,
     wait_for,
@@ -73,13 +72,6 @@ def _logged(self, pairs, ttl_ms):
 _emb.Embedder.run = _held
 _kw.KeyedWrites.write_pairs = _logged
 """
-
-
-@pytest.fixture(scope="module")
-def traffic_faults() -> Path:
-    base = Settings().cache_dir / "test-data"
-    base.mkdir(parents=True, exist_ok=True)
-    return fault_traffic(base / "faults-v1.avro")
 
 
 def one_ms_newer(raw: bytes) -> bytes:

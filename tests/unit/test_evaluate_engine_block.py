@@ -15,13 +15,17 @@ N = 400
 LAGS = (0, 60_000, 600_000)
 
 
+def noisy_predictions(rng: np.random.Generator, y: np.ndarray, strength: float) -> np.ndarray:
+    """Predictions that know the label ``strength`` well (0 = base rate)."""
+    p = 0.5 + strength * (y - 0.5) + rng.normal(0, 0.05, y.shape)
+    return np.clip(p, 0.02, 0.98).astype(np.float32)
+
+
 def _run(seed: int, y: np.ndarray) -> SeedRun:
     rng = np.random.default_rng(seed)
 
     def noisy(strength: float) -> np.ndarray:
-        """Predictions that know the label ``strength`` well (0 = base rate)."""
-        p = 0.5 + strength * (y - 0.5) + rng.normal(0, 0.05, y.shape)
-        return np.clip(p, 0.02, 0.98).astype(np.float32)
+        return noisy_predictions(rng, y, strength)
 
     probs = {"fm": noisy(0.6), "vm": noisy(0.1), "vm_kd": noisy(0.15)}
     for lag in LAGS:

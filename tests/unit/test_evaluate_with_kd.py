@@ -13,6 +13,7 @@ from models.evaluate import evaluate_runs
 from models.experiment import Impressions, SeedRun
 from models.metrics import headroom_closure, normalized_entropy, transfer_ratio
 from models.split import TimeSplit
+from tests.unit.test_evaluate_engine_block import noisy_predictions
 
 N = 600
 LAGS = (0, 600_000)
@@ -23,8 +24,7 @@ def _run(seed: int, y: np.ndarray) -> SeedRun:
     rng = np.random.default_rng(seed)
 
     def noisy(strength: float) -> np.ndarray:
-        p = 0.5 + strength * (y - 0.5) + rng.normal(0, 0.05, y.shape)
-        return np.clip(p, 0.02, 0.98).astype(np.float32)
+        return noisy_predictions(rng, y, strength)
 
     probs = {"fm": noisy(0.6), "vm": noisy(0.1), "vm_kd": noisy(0.3)}
     for lag in LAGS:
