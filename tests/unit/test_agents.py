@@ -114,7 +114,9 @@ async def put(
     async with app.agents[agent].test_context() as ctx:
         for n, value in enumerate(values):
             await ctx.put(value, key=key, partition=partitions[n] if partitions else 0)
-        await asyncio.sleep(0.3)  # a batch is taken within agent_batch_max_wait_ms
+        # a batch is taken within agent_batch_max_wait_ms; 0.3 s was too short once on a loaded
+        # CI machine (the verify agent re-verifies one by one after a bad message)
+        await asyncio.sleep(1.0)
 
 
 def table_data(app: faust.App, name: str) -> Any:
