@@ -21,15 +21,19 @@ RUN apt-get update \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml requirements.lock README.md ./
+COPY pyproject.toml README.md ./
+COPY deploy/requirements-cpu.lock deploy/requirements-gpu.lock deploy/
 COPY schemas schemas
 COPY models models
 COPY store store
 COPY streams streams
 COPY bench bench
-# The lock pins what CI tested; packages it does not list (e.g. onnxruntime-gpu) resolve freely.
+# One hashed lock per extra (infra/lock.sh, resolved under the versions CI tested): every wheel
+# is hash-checked and nothing unpinned comes in; the project itself goes in without dependencies.
 RUN pip install --upgrade pip setuptools wheel \
- && pip install -c requirements.lock ".[${EXTRAS}]" \
+ && pip install --require-hashes --no-deps -r "deploy/requirements-${EXTRAS}.lock" \
+ && pip install --no-deps . \
+ && pip check \
  && solaris --version
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SOLARIS := $(VENV)/bin/solaris
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock demo test test-unit lint format infra-up infra-down bench
+.PHONY: help setup lock demo test test-pythons test-unit lint format infra-up infra-down bench
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -14,15 +14,18 @@ help:  ## list targets
 setup:  ## create/reuse the cached virtualenv and install this clone into it
 	@bash infra/venv.sh
 
-lock: setup  ## regenerate requirements.lock from the current venv
-	@(echo "# Pinned versions used to build the cached virtualenv (infra/venv.sh); regenerate with 'make lock'."; \
-	  $(PY) -m pip freeze --exclude-editable | grep -v '^solaris') > requirements.lock
+lock: setup  ## re-resolve the hashed locks (venv + images) with uv: infra/lock.sh [--upgrade]
+	@bash infra/lock.sh $(LOCK_ARGS)
 
 demo: setup  ## the main job end to end (DATASET=synthetic|movielens|taobao, DATA_DIR=...)
 	@$(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
 
-test: setup lint  ## lint, then all tests (unit + integration on a real Kafka and Redis started for the run)
+test: setup lint  ## lint, all tests on Python 3.11 (unit + integration on a real Kafka and Redis started for the run), then the unit suite on 3.12 and 3.13
 	@SOLARIS_REQUIRE_SERVICES=1 bash infra/with-services.sh $(PY) -m pytest $(PYTEST_ARGS)
+	@bash infra/test-pythons.sh -- -q $(PYTEST_ARGS)
+
+test-pythons:  ## the unit suite on Python 3.12 and 3.13 (own venvs from the same lock; 3.13 built from source if absent)
+	@bash infra/test-pythons.sh -- -q $(PYTEST_ARGS)
 
 test-unit: setup  ## unit tests only (no services)
 	@$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
@@ -35,7 +38,7 @@ format: setup  ## apply ruff fixes and formatting
 	@$(PY) -m ruff check --fix . && $(PY) -m ruff format .
 
 # Reuses an existing venv as is (no editable reinstall under processes that may be running).
-bench:  ## all benchmarks (~13 min; Kafka + Redis started if needed): bench/results/*.json + summary
+bench:  ## all benchmarks (~22 min; Kafka + Redis started if needed): bench/results/*.json + summary
 	@test -x $(SOLARIS) || $(MAKE) setup
 	@SOLARIS_LOG_LEVEL=$${SOLARIS_LOG_LEVEL:-WARNING} bash infra/with-services.sh $(SOLARIS) bench all --json bench/results
 

@@ -11,14 +11,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${SOLARIS_CACHE_DIR:-$HOME/.cache/solaris}
 PY=${SOLARIS_BOOTSTRAP_PYTHON:-python3.11}
-EXTRAS=${SOLARIS_EXTRAS:-cpu,train,dev,aerospike}
+LOCKED_EXTRAS=cpu,train,dev,aerospike  # what requirements.lock was compiled for (infra/lock.sh)
+EXTRAS=${SOLARIS_EXTRAS:-$LOCKED_EXTRAS}
 DIST=solaris-recsys  # pyproject's [project] name
 
-command -v "$PY" >/dev/null || { echo "[venv] $PY not found: install Python 3.11" >&2; exit 1; }
+command -v "$PY" >/dev/null || { echo "[venv] $PY not found: install Python 3.11 (or build 3.13: infra/python.sh)" >&2; exit 1; }
 
 # Setup never deletes what it did not create: a ./.venv this script did not make (no marker, no
 # link to the shared venv) is refused, not replaced.
-OVERLAY="$ROOT/.venv"
+# SOLARIS_OVERLAY: another overlay for another Python (make test-pythons: .venv-3.13)
+OVERLAY=${SOLARIS_OVERLAY:-"$ROOT/.venv"}
 ours_overlay() {
   [ -f "$OVERLAY/.solaris-overlay" ] && return 0
   compgen -G "$OVERLAY/lib/python*/site-packages/_solaris_shared_venv.pth" >/dev/null
@@ -28,7 +30,10 @@ if [ -e "$OVERLAY" ] && [ ! -L "$OVERLAY" ] && ! ours_overlay; then
   exit 1
 fi
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-[ "$pyver" = "3.11" ] || { echo "[venv] need Python 3.11, $PY is $pyver" >&2; exit 1; }
+case "$pyver" in
+  3.11|3.12|3.13) ;;  # requires-python in pyproject.toml; the lock is universal over these
+  *) echo "[venv] need Python 3.11-3.13, $PY is $pyver" >&2; exit 1 ;;
+esac
 
 # Key: the dependency declarations only (not tool settings), the lock file, Python and extras.
 deps=$("$PY" - "$ROOT/pyproject.toml" <<'PYEOF'
@@ -47,12 +52,20 @@ if [ ! -f "$VENV/.complete" ]; then
   mkdir -p "$CACHE"
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-  constraint=()
-  [ -f "$ROOT/requirements.lock" ] && constraint=(-c "$ROOT/requirements.lock")
-  # Install dependencies only (from the project metadata); the project itself is installed
-  # editable below, per clone.
-  "$VENV/bin/pip" install "${constraint[@]}" "${ROOT}[${EXTRAS}]"
-  "$VENV/bin/pip" uninstall -q -y "$DIST"
+  # Dependencies only; the project itself is installed editable below, per clone.
+  if [ "$EXTRAS" = "$LOCKED_EXTRAS" ] && [ -f "$ROOT/requirements.lock" ]; then
+    # The lock is the whole closure with sha256 hashes (infra/lock.sh): every wheel is checked,
+    # nothing unpinned comes in; `pip check` then catches a lock that no longer fits pyproject.
+    "$VENV/bin/pip" install --require-hashes --no-deps -r "$ROOT/requirements.lock"
+    "$VENV/bin/pip" check
+  else
+    # Another extras set (e.g. gpu,train,dev) is resolved by pip under the lock's versions as
+    # plain constraints (hashes dropped: pip cannot hash-check the project directory itself).
+    pins="$VENV/lock-constraints.txt"
+    grep -oE '^[A-Za-z0-9._-]+==[^ ;]+' "$ROOT/requirements.lock" >"$pins" || true
+    "$VENV/bin/pip" install -c "$pins" "${ROOT}[${EXTRAS}]"
+    "$VENV/bin/pip" uninstall -q -y "$DIST"
+  fi
   touch "$VENV/.complete"
 else
   echo "[venv] reusing $VENV"

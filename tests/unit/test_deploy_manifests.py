@@ -316,7 +316,7 @@ def test_dockerfile_is_multi_stage_non_root_with_the_solaris_entry_point() -> No
     assert re.search(r"^USER (?!0\b|root\b)\S+", final, re.M)
     assert "COPY --from=builder /opt/venv /opt/venv" in final
     assert re.search(r"^ARG EXTRAS=cpu$", text, re.M)
-    assert 'pip install -c requirements.lock ".[${EXTRAS}]"' in text
+    assert "deploy/requirements-${EXTRAS}.lock" in text
     entry = (DEPLOY / "docker-entrypoint.sh").read_text()
     assert 'exec solaris "$@"' in entry
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()

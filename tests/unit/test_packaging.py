@@ -80,9 +80,10 @@ def test_cpu_and_gpu_are_separate_extras_with_one_runtime_each() -> None:
 
 def test_installers_pick_exactly_one_runtime_extra() -> None:
     venv_sh = (REPO_ROOT / "infra" / "venv.sh").read_text()
-    default = re.search(r"^EXTRAS=\$\{SOLARIS_EXTRAS:-([^}]*)\}", venv_sh, re.M)
-    assert default is not None, "infra/venv.sh: EXTRAS=${SOLARIS_EXTRAS:-...} not found"
-    assert set(default.group(1).split(",")) & {"cpu", "gpu"} == {"cpu"}
+    default = re.search(r"^EXTRAS=\$\{SOLARIS_EXTRAS:-\$LOCKED_EXTRAS\}", venv_sh, re.M)
+    locked = re.search(r"^LOCKED_EXTRAS=(\S+)", venv_sh, re.M)
+    assert default and locked, "infra/venv.sh: EXTRAS=${SOLARIS_EXTRAS:-$LOCKED_EXTRAS} not found"
+    assert set(locked.group(1).split(",")) & {"cpu", "gpu"} == {"cpu"}
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
     args = re.findall(r"^ARG EXTRAS=(\S+)$", dockerfile, re.M)
     assert args and all(set(a.split(",")) & {"cpu", "gpu"} == {"cpu"} for a in args), args
