@@ -26,7 +26,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     return raw[raw.rindex(")") + 2 :].split()
 
 
-def _children(parent: int) -> list[int]:
+def child_pids(parent: int) -> list[int]:
     """Live processes whose parent is ``parent``."""
     out = []
     for entry in PROC.iterdir():
@@ -44,7 +44,7 @@ def cpu_seconds(pid: int, with_children: bool = True) -> float | None:
         return None
     total = (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
     if with_children:
-        for child in _children(pid):
+        for child in child_pids(pid):
             total += cpu_seconds(child) or 0.0
     return total
 

@@ -103,8 +103,23 @@ BENCHES: dict[str, Spec] = {
         ("per request of 50 candidates", "p50 ms", "p99 ms"),
         "State tier: decoding a stored FM user state in the ranker vs vm_solaris vs the whole FM",
     ),
+    "memory": Spec(
+        "bench.memory",
+        "run_memory",
+        "memory_table",
+        (
+            "worker",
+            "RSS MiB warm",
+            "half",
+            "end",
+            "max",
+            "slope MiB / 100k events",
+            "end / half",
+        ),
+        "Worker RSS over a 2-hour-of-event-time replay with 10x the demo's users",
+    ),
 }
-ORDER = ("store", "serve", "serve-http", "fm", "state", "pipeline", "scale-out")
+ORDER = ("store", "serve", "serve-http", "fm", "state", "pipeline", "scale-out", "memory")
 
 
 def run_bench(name: str, settings: Settings, smoke: bool, json_path: Path | None) -> BenchResult:

@@ -1,9 +1,9 @@
-"""``solaris bench serve|serve-http|fm|store|state|pipeline|scale-out|all``: side-by-side ratios.
+"""``solaris bench serve|serve-http|fm|store|state|pipeline|scale-out|memory|all``: side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
 variant that checks the plumbing only (the test suite uses it); its numbers mean nothing.
-Kafka and Redis must be running (``solaris infra up``) for serve, serve-http, fm and pipeline.
+Kafka and Redis must be running (``solaris infra up``) for serve, serve-http, fm, pipeline, scale-out and memory.
 """
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ def pipeline(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 def scale_out(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """Events/s of 1 pipeline + 1 FM worker vs 2 + 2 on 4 partitions (timed replay to lag 0)."""
     _one("scale-out", json_path, smoke)
+
+
+@app.command("memory")
+def memory(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """Each worker's RSS over a 2-hour-of-event-time replay with 10x the demo's users."""
+    _one("memory", json_path, smoke)
 
 
 @app.command("all")

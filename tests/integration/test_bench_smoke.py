@@ -26,6 +26,7 @@ RATIO_KEYS = {
     "fm": {"embedder_over_bare_128", "live_over_bare_128"},
     "store": {"bytes_per_pair", "json_over_binary"},
     "pipeline": {"sustained_over_producer_max"},
+    "memory": {"rss_end_over_half_pipeline", "rss_end_over_half_fm"},
     "serve-http": {
         "http_p99_over_inprocess_p99",
         "http_p50_over_inprocess_p50",
@@ -113,3 +114,20 @@ def test_pipeline_smoke_through_the_cli(settings: Settings, tmp_path: Path) -> N
     assert set(cpu) == {"pipeline", "fm", "broker", "redis", "total"}
     assert all(cpu[k] is not None and cpu[k] > 0 for k in ("pipeline", "fm", "broker", "total"))
     assert cpu["total"] >= cpu["pipeline"] + cpu["fm"]
+
+
+def test_memory_smoke_samples_each_workers_rss_through_the_replay(
+    settings: Settings, tmp_path: Path
+) -> None:
+    run_bench("memory", settings, True, tmp_path / "memory.json")
+    doc = _check(tmp_path / "memory.json", "memory")
+    res = doc["results"]
+    assert res["drained"] is True and res["traffic"]["events"] > 0
+    assert res["pairs_embedded"] > 0  # the workers did the work whose memory is measured
+    for worker in ("pipeline", "fm"):
+        w = res["workers"][worker]
+        assert w["samples"] >= 3
+        # a Python worker with onnxruntime loaded holds tens of MiB at least
+        assert 20 < w["rss_mib_warm"] <= w["rss_mib_max"]
+    sent = [s["events"] for s in res["samples"]]
+    assert sent == sorted(sent) and sent[-1] == res["traffic"]["events"]

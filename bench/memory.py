@@ -1,0 +1,226 @@
+"""``memory``: do the workers' resident sets stay flat over a long replay? (issue 24)
+
+A 2-hour-of-event-time synthetic replay with 10× the demo's users (6,000) goes through one live
+deployment (pipeline worker + FM worker, real Kafka and Redis) at a fixed paced rate, below what
+the pipeline sustains, so memory is measured with the backlog bounded. Each worker's resident set
+(``VmRSS`` of the worker and its live descendants, from ``/proc``) is sampled every second next
+to how many events the replay had sent.
+
+The users are 12× as active as the calibrated default (24 sessions a day instead of 2), so the
+two hours carry ~2 sessions per user and enough events (~250 k) for a trend to show. What the
+numbers can tell: a leak per event (a structure that grows with every request or pair) shows as
+a slope over the second half of the run, when most users have been seen; state per user is
+bounded by the user count here, since nothing in two hours of event time is old enough to expire
+(pair TTL 4 h, aggregate window 24 h).
+
+Reported per worker: RSS after warm-up (10 % of events), at half, at the end and its maximum,
+and the least-squares slope over the second half in MiB per 100 k events. The ratio
+``rss_end_over_half_<worker>`` has the target ≤ 1.05: "flat" means the second half grew the
+resident set by at most 5 %.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import BenchResult, Target, machine_info, redis_version
+from bench.cpu import child_pids
+from bench.live import PIPELINE_ROLES, LiveRun
+from bench.pipeline import GROUP_TOPICS, paced
+from bench.workload import TrafficSpec, bench_bundle, bench_traffic
+from streams.lag import LagReader
+from streams.replay import replay_events
+from streams.settings import Settings
+
+HOUR_DAYS = 1 / 24
+#: 10× the demo's 600 users over 2 hours of event time, 12× as active as the calibrated default
+FULL_SPEC = TrafficSpec(6_000, 2 * HOUR_DAYS, seed=13, sessions_per_day=24.0)
+SMOKE_SPEC = TrafficSpec(60, 2 * HOUR_DAYS, seed=13, sessions_per_day=6.0)
+WORKERS = ("pipeline", "fm")
+FLAT_LIMIT = 1.05
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    rate: float = 700.0  #: events/s of the paced replay (below the sustained rate)
+    chunk_events: int = 2_000  #: events per replay call (the sampler reads progress between)
+    sample_s: float = 1.0
+    drain_timeout_s: float = 300.0
+    spec: TrafficSpec = FULL_SPEC
+
+    @classmethod
+    def smoke(cls) -> MemoryConfig:
+        return cls(rate=200.0, chunk_events=100, sample_s=0.25, spec=SMOKE_SPEC)
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set of ``pid`` and its live descendants (None once ``pid`` is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    own = next(
+        (int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")),
+        0,
+    )
+    return own + sum(rss_bytes(child) or 0 for child in child_pids(pid))
+
+
+class RssSampler:
+    """Samples each worker's RSS with the replay's progress in a background thread."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float) -> None:
+        self.pids, self.interval_s = pids, interval_s
+        self.sent = 0  #: events the replay has sent so far (written by the replay loop)
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def sample(self) -> None:
+        row: dict[str, Any] = {"t": time.perf_counter(), "events": self.sent}
+        row.update({name: rss_bytes(pid) for name, pid in self.pids.items()})
+        self.samples.append(row)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+
+def summarise(samples: list[dict[str, Any]], worker: str, total_events: int) -> dict[str, Any]:
+    """RSS of ``worker`` after warm-up, at half, at the end, its max and its second-half slope.
+
+    A sample belongs to the point in the replay given by the events sent when it was taken; the
+    end is the last sample (taken after the backlog drained).
+    """
+    rows = [(s["events"], s[worker]) for s in samples if s.get(worker) is not None]
+    if not rows or total_events <= 0:
+        return {"samples": len(rows)}
+    mib = 2.0**20
+
+    def at(share: float) -> float:
+        return next((r for e, r in rows if e >= share * total_events), rows[-1][1]) / mib
+
+    half = [(e, r) for e, r in rows if e >= total_events / 2]
+    slope = None
+    if len(half) >= 4 and half[-1][0] > half[0][0]:
+        x = np.array([e for e, _ in half], np.float64)
+        y = np.array([r for _, r in half], np.float64) / mib
+        slope = float(np.polyfit(x, y, 1)[0]) * 100_000
+    end = rows[-1][1] / mib
+    return {
+        "samples": len(rows),
+        "rss_mib_warm": at(0.1),
+        "rss_mib_half": at(0.5),
+        "rss_mib_end": end,
+        "rss_mib_max": max(r for _, r in rows) / mib,
+        "slope_mib_per_100k_events": slope,
+        "end_over_half": end / at(0.5),
+    }
+
+
+def chunks(events: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while batch := [ev for _, ev in zip(range(size), events, strict=False)]:
+        yield batch
+
+
+def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, cfg: MemoryConfig) -> int:
+    from models.data.traffic import read_traffic
+
+    start = time.perf_counter()
+    sent = 0
+    for batch in chunks(iter(read_traffic(traffic)), cfg.chunk_events):
+        ahead = start + sent / cfg.rate - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
+        sent += replay_events(run.settings, paced(iter(batch), cfg.rate, len(batch))).messages
+        sampler.sent = sent
+        run.children.check()
+    return sent
+
+
+def _drain(run: LiveRun, timeout_s: float) -> bool:
+    reader = LagReader(run.settings)
+    try:
+        topics = [run.settings.topic(t) for ts in GROUP_TOPICS.values() for t in ts]
+        return reader.wait_drained(reader.groups(), topics, timeout_s=timeout_s, poll_s=0.5)
+    finally:
+        reader.close()
+
+
+def run_memory(
+    settings: Settings, cfg: MemoryConfig | None = None, smoke: bool = False
+) -> BenchResult:
+    """The paced 2-hour replay on one deployment with RSS sampled; everything removed after."""
+    cfg = cfg or (MemoryConfig.smoke() if smoke else MemoryConfig())
+    machine = machine_info({"redis": redis_version(settings.store_url)})
+    traffic = bench_traffic(settings, cfg.spec)
+    bundle = bench_bundle(settings, traffic, smoke)
+    log_dir = settings.cache_dir / "run" / "bench-logs"
+    started = time.perf_counter()
+    with LiveRun(settings, bundle, log_dir) as run:
+        run.start("pipeline", PIPELINE_ROLES)
+        run.start("fm", "embed")
+        run.wait_ready(list(GROUP_TOPICS))
+        pids = dict(run.children.pids())
+        with RssSampler({w: pids[w] for w in WORKERS}, cfg.sample_s) as sampler:
+            sampler.sample()
+            sent = _replay(run, sampler, traffic, cfg)
+            drained = _drain(run, cfg.drain_timeout_s)
+            sampler.sample()
+        run.children.check()
+        embedded = run.counter("embedded")
+    per_worker = {w: summarise(sampler.samples, w, sent) for w in WORKERS}
+    results: dict[str, Any] = {
+        "traffic": {
+            "users": cfg.spec.n_users,
+            "event_hours": cfg.spec.days * 24,
+            "sessions_per_day": cfg.spec.sessions_per_day,
+            "events": sent,
+        },
+        "rate_events_per_s": cfg.rate,
+        "replay_wall_s": time.perf_counter() - started,
+        "drained": drained,
+        "pairs_embedded": embedded,
+        "workers": per_worker,
+        "samples": sampler.samples,
+    }
+    ratios = {f"rss_end_over_half_{w}": per_worker[w].get("end_over_half") for w in WORKERS}
+    targets = {k: Target(FLAT_LIMIT, upper=True) for k in ratios}
+    return BenchResult("memory", machine, results, ratios, targets, smoke)
+
+
+def memory_table(res: BenchResult) -> list[list[str]]:
+    """Rows ``worker | warm | half | end | max MiB | slope MiB/100k events | end/half``."""
+
+    def f(value: Any, fmt: str = ".0f") -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    rows = []
+    for worker, s in res.results["workers"].items():
+        rows.append(
+            [
+                worker,
+                f(s.get("rss_mib_warm")),
+                f(s.get("rss_mib_half")),
+                f(s.get("rss_mib_end")),
+                f(s.get("rss_mib_max")),
+                f(s.get("slope_mib_per_100k_events"), ".2f"),
+                f(s.get("end_over_half"), ".3f"),
+            ]
+        )
+    return rows

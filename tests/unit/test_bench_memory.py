@@ -1,0 +1,57 @@
+"""The memory benchmark's pure parts: RSS from /proc and the flatness summary."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.memory import chunks, rss_bytes, summarise
+
+MIB = 2**20
+
+
+def test_rss_of_this_process_grows_when_it_holds_more_memory() -> None:
+    before = rss_bytes(os.getpid())
+    assert before is not None and before > 10 * MIB
+    block = bytearray(64 * MIB)  # touched: bytearray zero-fills, so the pages are resident
+    after = rss_bytes(os.getpid())
+    assert after is not None and after - before > 48 * MIB
+    del block
+
+
+def test_rss_of_a_process_that_does_not_exist_is_none() -> None:
+    assert rss_bytes(2**22 + 12345) is None
+
+
+def samples(rss_mib: list[float], total: int) -> list[dict[str, float]]:
+    step = total // (len(rss_mib) - 1)
+    return [{"events": k * step, "w": r * MIB} for k, r in enumerate(rss_mib)]
+
+
+def test_a_flat_worker_has_ratio_one_and_no_slope() -> None:
+    s = summarise(samples([100.0] * 11, 1000), "w", 1000)
+    assert s["end_over_half"] == pytest.approx(1.0)
+    assert s["slope_mib_per_100k_events"] == pytest.approx(0.0, abs=1e-9)
+    assert s["rss_mib_warm"] == s["rss_mib_end"] == 100.0
+
+
+def test_a_leak_per_event_shows_as_slope_and_ratio() -> None:
+    # +1 MiB per 100 events: 10 MiB over the run, 1,000 MiB per 100 k events
+    s = summarise(samples([100.0 + k for k in range(11)], 1000), "w", 1000)
+    assert s["slope_mib_per_100k_events"] == pytest.approx(1000.0)
+    assert s["rss_mib_half"] == 105.0 and s["rss_mib_end"] == 110.0
+    assert s["end_over_half"] == pytest.approx(110 / 105)
+    assert s["rss_mib_max"] == 110.0
+
+
+def test_missing_samples_of_a_worker_are_skipped_not_zero() -> None:
+    rows = samples([100.0] * 5, 400)
+    rows[2]["w"] = None  # type: ignore[assignment]
+    s = summarise(rows, "w", 400)
+    assert s["samples"] == 4 and s["rss_mib_max"] == 100.0
+    assert summarise([], "w", 400) == {"samples": 0}
+
+
+def test_chunks_cover_every_event_once_in_order() -> None:
+    assert list(chunks(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
