@@ -14,7 +14,8 @@ bounded by the user count here, since nothing in two hours of event time is old 
 (pair TTL 4 h, aggregate window 24 h).
 
 Reported per worker: RSS after warm-up (10 % of events), at half, at the end and its maximum,
-and the least-squares slope over the second half in MiB per 100 k events. The ratio
+the least-squares slope over the second half in MiB per 100 k events, and the CPU µs per event
+over the whole replay (``/proc/<pid>/stat``), so a memory setting's CPU price shows beside it. The ratio
 ``rss_end_over_half_<worker>`` has the target ≤ 1.05: "flat" means the second half grew the
 resident set by at most 5 %.
 """
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import BenchResult, Target, machine_info, redis_version
-from bench.cpu import child_pids
+from bench.cpu import CpuMeter, child_pids
 from bench.live import PIPELINE_ROLES, LiveRun
 from bench.pipeline import GROUP_TOPICS, paced
 from bench.workload import TrafficSpec, bench_bundle, bench_traffic
@@ -177,10 +178,13 @@ def run_memory(
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
         pids = dict(run.children.pids())
+        cpu = CpuMeter({w: [pids[w]] for w in WORKERS})  # memory's price next to it
         with RssSampler({w: pids[w] for w in WORKERS}, cfg.sample_s) as sampler:
             sampler.sample()
+            cpu_before = cpu.read()
             sent = _replay(run, sampler, traffic, cfg)
             drained = _drain(run, cfg.drain_timeout_s)
+            cpu_after = cpu.read()
             sampler.sample()
         run.children.check()
         embedded = run.counter("embedded")
@@ -197,6 +201,8 @@ def run_memory(
         "drained": drained,
         "pairs_embedded": embedded,
         "workers": per_worker,
+        # over the whole paced replay and drain: what the table memory settings cost in CPU
+        "cpu_us_per_event": CpuMeter.per_event_us(cpu_before, cpu_after, sent),
         "samples": sampler.samples,
     }
     ratios = {f"rss_end_over_half_{w}": per_worker[w].get("end_over_half") for w in WORKERS}
@@ -205,12 +211,13 @@ def run_memory(
 
 
 def memory_table(res: BenchResult) -> list[list[str]]:
-    """Rows ``worker | warm | half | end | max MiB | slope MiB/100k events | end/half``."""
+    """Rows ``worker | warm | half | end | max MiB | slope MiB/100k events | end/half | CPU``."""
 
     def f(value: Any, fmt: str = ".0f") -> str:
         return "n/a" if value is None else format(value, fmt)
 
     rows = []
+    cpu = res.results.get("cpu_us_per_event") or {}
     for worker, s in res.results["workers"].items():
         rows.append(
             [
@@ -221,6 +228,7 @@ def memory_table(res: BenchResult) -> list[list[str]]:
                 f(s.get("rss_mib_max")),
                 f(s.get("slope_mib_per_100k_events"), ".2f"),
                 f(s.get("end_over_half"), ".3f"),
+                f(cpu.get(worker)),
             ]
         )
     return rows

@@ -115,6 +115,7 @@ BENCHES: dict[str, Spec] = {
             "max",
             "slope MiB / 100k events",
             "end / half",
+            "CPU µs / event",
         ),
         "Worker RSS over a 2-hour-of-event-time replay with 10x the demo's users",
     ),

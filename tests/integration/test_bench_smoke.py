@@ -129,5 +129,7 @@ def test_memory_smoke_samples_each_workers_rss_through_the_replay(
         assert w["samples"] >= 3
         # a Python worker with onnxruntime loaded holds tens of MiB at least
         assert 20 < w["rss_mib_warm"] <= w["rss_mib_max"]
+    cpu = res["cpu_us_per_event"]
+    assert set(cpu) == {"pipeline", "fm", "total"} and cpu["pipeline"] > 0 and cpu["fm"] > 0
     sent = [s["events"] for s in res["samples"]]
     assert sent == sorted(sent) and sent[-1] == res["traffic"]["events"]
