@@ -22,9 +22,9 @@ resident set by at most 5 %.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,8 @@ import numpy as np
 from bench.common import BenchResult, Target, machine_info, redis_version
 from bench.cpu import CpuMeter, child_pids
 from bench.live import PIPELINE_ROLES, LiveRun
-from bench.pipeline import GROUP_TOPICS, paced
+from bench.pipeline import GROUP_TOPICS, drain_seconds, paced
 from bench.workload import TrafficSpec, bench_bundle, bench_traffic
-from streams.lag import LagReader
 from streams.replay import replay_events
 from streams.settings import Settings
 
@@ -51,14 +50,13 @@ FLAT_LIMIT = 1.05
 @dataclass(frozen=True, slots=True)
 class MemoryConfig:
     rate: float = 700.0  #: events/s of the paced replay (below the sustained rate)
-    chunk_events: int = 2_000  #: events per replay call (the sampler reads progress between)
     sample_s: float = 1.0
     drain_timeout_s: float = 300.0
     spec: TrafficSpec = FULL_SPEC
 
     @classmethod
     def smoke(cls) -> MemoryConfig:
-        return cls(rate=200.0, chunk_events=100, sample_s=0.25, spec=SMOKE_SPEC)
+        return cls(rate=200.0, sample_s=0.25, spec=SMOKE_SPEC)
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -134,33 +132,17 @@ def summarise(samples: list[dict[str, Any]], worker: str, total_events: int) -> 
     }
 
 
-def chunks(events: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    while batch := [ev for _, ev in zip(range(size), events, strict=False)]:
-        yield batch
-
-
-def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, cfg: MemoryConfig) -> int:
+def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, rate: float) -> int:
+    """The whole traffic file at ``rate`` events/s in one replay; the sampler learns the
+    progress (every 1,000 events) and a worker that died stops the run."""
     from models.data.traffic import read_traffic
 
-    start = time.perf_counter()
-    sent = 0
-    for batch in chunks(iter(read_traffic(traffic)), cfg.chunk_events):
-        ahead = start + sent / cfg.rate - time.perf_counter()
-        if ahead > 0:
-            time.sleep(ahead)
-        sent += replay_events(run.settings, paced(iter(batch), cfg.rate, len(batch))).messages
+    def progress(sent: int) -> None:
         sampler.sent = sent
         run.children.check()
-    return sent
 
-
-def _drain(run: LiveRun, timeout_s: float) -> bool:
-    reader = LagReader(run.settings)
-    try:
-        topics = [run.settings.topic(t) for ts in GROUP_TOPICS.values() for t in ts]
-        return reader.wait_drained(reader.groups(), topics, timeout_s=timeout_s, poll_s=0.5)
-    finally:
-        reader.close()
+    events = paced(iter(read_traffic(traffic)), rate, sys.maxsize)
+    return replay_events(run.settings, events, progress=progress).messages
 
 
 def run_memory(
@@ -182,8 +164,8 @@ def run_memory(
         with RssSampler({w: pids[w] for w in WORKERS}, cfg.sample_s) as sampler:
             sampler.sample()
             cpu_before = cpu.read()
-            sent = _replay(run, sampler, traffic, cfg)
-            drained = _drain(run, cfg.drain_timeout_s)
+            sent = _replay(run, sampler, traffic, cfg.rate)
+            drain_s = drain_seconds(run, cfg.drain_timeout_s)
             cpu_after = cpu.read()
             sampler.sample()
         run.children.check()
@@ -198,7 +180,8 @@ def run_memory(
         },
         "rate_events_per_s": cfg.rate,
         "replay_wall_s": time.perf_counter() - started,
-        "drained": drained,
+        "drained": drain_s is not None,
+        "drain_s": drain_s,
         "pairs_embedded": embedded,
         "workers": per_worker,
         # over the whole paced replay and drain: what the table memory settings cost in CPU

@@ -178,7 +178,7 @@ def _step(
     }
 
 
-def _drain(run: LiveRun, timeout_s: float) -> float | None:
+def drain_seconds(run: LiveRun, timeout_s: float) -> float | None:
     """Seconds until every group consumed everything (None on timeout)."""
     reader = LagReader(run.settings)
     try:
@@ -246,7 +246,7 @@ def run_pipeline(
                     exhausted = True
                     break
                 if not step["kept_up"]:
-                    step["drain_s"] = _drain(run, cfg.drain_timeout_s)
+                    step["drain_s"] = drain_seconds(run, cfg.drain_timeout_s)
                     if step["drain_s"] is None:
                         break
                 rate = next_rate([(s["target_events_per_s"], s["kept_up"]) for s in steps], cfg)

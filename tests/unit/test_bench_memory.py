@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bench.memory import chunks, rss_bytes, summarise
+from bench.memory import rss_bytes, summarise
 
 MIB = 2**20
 
@@ -51,7 +51,3 @@ def test_missing_samples_of_a_worker_are_skipped_not_zero() -> None:
     s = summarise(rows, "w", 400)
     assert s["samples"] == 4 and s["rss_mib_max"] == 100.0
     assert summarise([], "w", 400) == {"samples": 0}
-
-
-def test_chunks_cover_every_event_once_in_order() -> None:
-    assert list(chunks(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
