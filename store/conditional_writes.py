@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import redis
 
-from store.redis_writes import send_packed_many
+from store.redis_writes import ReplicaAck, send_packed_many
 
 #: offset of the int64 event time in pair and aggregate values (after format, dtype, dim), then
 #: of the uint32 model version tag
@@ -95,25 +95,30 @@ def write_newer_many(
     items: Sequence[tuple[bytes, bytes]],
     ttl_ms: int,
     script: LuaWrite = NEWER_OR_EQUAL,
+    ack: ReplicaAck | None = None,
 ) -> int:
     """Conditionally write every item in one packed send with ``script`` (default: never
     replace a newer event time); returns how many were *skipped*. Loads the script when the
     server lacks it (first use, or after a restart or ``SCRIPT FLUSH``) and sends the batch
     again: the writes are idempotent. Raises the first other error reply
-    (``redis.ResponseError``) or the transport's error, like
+    (``redis.ResponseError``) or the transport's error, and waits for ``ack``'s replicas, like
     :func:`store.redis_writes.set_px_many`."""
     if not items:
         return 0
     try:
-        return _send(client, items, ttl_ms, script)
+        return _send(client, items, ttl_ms, script, ack)
     except redis.exceptions.NoScriptError:  # redis-py's class for the NOSCRIPT reply
         pass
     client.script_load(script.source)
-    return _send(client, items, ttl_ms, script)
+    return _send(client, items, ttl_ms, script, ack)
 
 
 def _send(
-    client: redis.Redis, items: Sequence[tuple[bytes, bytes]], ttl_ms: int, script: LuaWrite
+    client: redis.Redis,
+    items: Sequence[tuple[bytes, bytes]],
+    ttl_ms: int,
+    script: LuaWrite,
+    ack: ReplicaAck | None,
 ) -> int:
-    replies = send_packed_many(client, script.pack_many(items, ttl_ms), len(items))
+    replies = send_packed_many(client, script.pack_many(items, ttl_ms), len(items), ack)
     return sum(1 for written in replies if written == 0)

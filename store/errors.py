@@ -18,6 +18,12 @@ class StoreRefused(StoreUnavailable):
     times, then the worker stops without acking it)."""
 
 
+class ReplicaShortfall(StoreUnavailable):
+    """A write was applied by the master but fewer replicas than asked confirmed it within the
+    wait (``WAIT``): not acknowledged, so the caller retries it (writes are idempotent); the
+    master alone may lose it in a failover."""
+
+
 class StoreTimeout(StoreError):
     """The store did not answer within the deadline."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from store.aerospike_store import AerospikeAuth
 from store.keys import KeyLayout
 from store.protocol import FeatureStore
+from store.redis_writes import ReplicaAck
 
 
 def open_store(
@@ -15,17 +16,19 @@ def open_store(
     aerospike_namespace: str = "test",
     aerospike_auth: AerospikeAuth | None = None,
     key_prefix: str = "sol",
+    redis_ack: ReplicaAck | None = None,
 ) -> FeatureStore:
-    """Open a store backend by name (``redis``, ``redis-cluster``, ``aerospike`` or ``memory``)."""
+    """Open a store backend by name (``redis``, ``redis-cluster``, ``aerospike`` or ``memory``);
+    ``redis_ack``: Redis writes wait for that many replicas (ignored by other backends)."""
     layout = KeyLayout(key_prefix)
     if backend == "redis":
         from store.redis_store import RedisStore
 
-        return RedisStore(url, layout)
+        return RedisStore(url, layout, ack=redis_ack)
     if backend == "redis-cluster":
         from store.redis_cluster_store import RedisClusterStore
 
-        return RedisClusterStore(url, layout)
+        return RedisClusterStore(url, layout, ack=redis_ack)
     if backend == "aerospike":
         from store.aerospike_store import AerospikeStore
 

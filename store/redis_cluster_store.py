@@ -65,7 +65,7 @@ from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout
 from store.protocol import ReadBatch, ReadResult
-from store.redis_writes import redis_write_errors, set_px_many
+from store.redis_writes import ReplicaAck, redis_write_errors, set_px_many
 from store.urls import redact_url
 
 _WRITE_TIMEOUT_S = 5.0
@@ -181,9 +181,13 @@ class RedisClusterStore(KeyedWrites):
     :class:`~store.errors.StoreUnavailable`.
     """
 
-    def __init__(self, url: str, layout: KeyLayout | None = None) -> None:
+    def __init__(
+        self, url: str, layout: KeyLayout | None = None, ack: ReplicaAck | None = None
+    ) -> None:
         self.url = url
         self.layout = layout or KeyLayout()
+        #: each node's writes are acknowledged only once this many of its replicas have them
+        self.ack = ack
         self._writer: RedisCluster | None = None
         self._read_client: RedisCluster | None = None
         #: read calls that sent commands (one round trip per node, concurrently)
@@ -273,7 +277,7 @@ class RedisClusterStore(KeyedWrites):
 
     def _write(self, items: list[tuple[bytes, bytes]], ttl_ms: int) -> None:
         def send(node: redis.Redis, part: list[tuple[bytes, bytes]]) -> int:
-            set_px_many(node, part, ttl_ms)
+            set_px_many(node, part, ttl_ms, self.ack)
             return 0
 
         self._write_routed(items, send)
@@ -284,7 +288,7 @@ class RedisClusterStore(KeyedWrites):
         """The compare-and-set script per key (``EVALSHA``; a primary without the script, e.g.
         a promoted replica, loads it and the node's batch is sent again)."""
         return self._write_routed(
-            items, lambda node, part: write_newer_many(node, part, ttl_ms, script)
+            items, lambda node, part: write_newer_many(node, part, ttl_ms, script, self.ack)
         )
 
     def _write_routed(

@@ -31,7 +31,7 @@ from store.keyed_writes import KeyedWrites
 from store.keys import KeyLayout, PairGrid
 from store.protocol import ReadBatch, ReadResult
 from store.redis_pool import ReadPool, mget_header, pack_headed_keys, pack_keys
-from store.redis_writes import redis_write_errors, set_px_many
+from store.redis_writes import ReplicaAck, redis_write_errors, set_px_many
 
 _WRITE_TIMEOUT_S = 5.0
 #: read connections: one per reading thread is enough; spares cover the ones being repaired
@@ -49,11 +49,17 @@ class RedisStore(KeyedWrites):
     """
 
     def __init__(
-        self, url: str, layout: KeyLayout | None = None, read_pool_size: int = READ_POOL_SIZE
+        self,
+        url: str,
+        layout: KeyLayout | None = None,
+        read_pool_size: int = READ_POOL_SIZE,
+        ack: ReplicaAck | None = None,
     ) -> None:
         self.url = url
         self.layout = layout or KeyLayout()
         self.read_pool_size = read_pool_size
+        #: writes are acknowledged only once this many replicas have them (None: the master's)
+        self.ack = ack
         self._writer = self._client(_WRITE_TIMEOUT_S)
         self._pool: ReadPool | None = None
         #: Number of read round trips sent (tests assert the reader's budget with it).
@@ -83,7 +89,7 @@ class RedisStore(KeyedWrites):
         if not items:
             return
         with redis_write_errors("redis", len(items)):
-            set_px_many(self._writer, items, ttl_ms)
+            set_px_many(self._writer, items, ttl_ms, self.ack)
 
     def _write_newer(
         self, items: list[tuple[bytes, bytes]], ttl_ms: int, script: LuaWrite = NEWER_OR_EQUAL
@@ -91,7 +97,7 @@ class RedisStore(KeyedWrites):
         if not items:
             return 0
         with redis_write_errors("redis", len(items)):
-            return write_newer_many(self._writer, items, ttl_ms, script)
+            return write_newer_many(self._writer, items, ttl_ms, script, self.ack)
 
     def write_snapshot(self, name: str, data: bytes, ttl_ms: int) -> None:
         directory = f"{self.layout.prefix}:snaps"

@@ -204,6 +204,18 @@ class Settings(BaseSettings):
         repr=False,  # may hold a password: see store.urls.redact_url for logs
         description="Redis URL of the store (redis://user:password@host:port/db, rediss:// for TLS).",
     )
+    redis_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="Redis and Redis Cluster: a write counts as stored only once this many "
+        "replicas of its master confirm it (WAIT); fewer within the wait timeout fail the write "
+        "and it is retried. 0 = the master's acknowledgement (asynchronous replication: a "
+        "failover may lose the newest writes). With 1 replica per master, a dead master's slots "
+        "take no writes until a replica rejoins the promoted one.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        500, gt=0, description="How long a write waits for redis_wait_replicas confirmations."
+    )
     aerospike_hosts: str = Field(
         "", description="Comma-separated host:port of Aerospike seeds; empty = not configured."
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from store.aerospike_store import AerospikeAuth
 from store.factory import open_store
 from store.protocol import FeatureStore
+from store.redis_writes import ReplicaAck
 from streams.settings import Settings
 
 
@@ -16,7 +17,15 @@ def store_from_settings(settings: Settings) -> FeatureStore:
         aerospike_namespace=settings.aerospike_namespace,
         aerospike_auth=aerospike_auth(settings),
         key_prefix=settings.key_prefix,
+        redis_ack=redis_ack(settings),
     )
+
+
+def redis_ack(settings: Settings) -> ReplicaAck | None:
+    """The replica confirmation Redis writes wait for (None: the master's acknowledgement)."""
+    if settings.redis_wait_replicas == 0:
+        return None
+    return ReplicaAck(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
 
 
 def aerospike_auth(settings: Settings) -> AerospikeAuth:

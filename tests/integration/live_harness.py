@@ -107,7 +107,10 @@ def env_for(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         SOLARIS_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
+        SOLARIS_STORE_BACKEND=settings.store_backend,
         SOLARIS_STORE_URL=settings.store_url,
+        SOLARIS_REDIS_WAIT_REPLICAS=str(settings.redis_wait_replicas),
+        SOLARIS_REDIS_WAIT_TIMEOUT_MS=str(settings.redis_wait_timeout_ms),
         SOLARIS_TOPIC_PREFIX=settings.topic_prefix,
         SOLARIS_KEY_PREFIX=settings.key_prefix,
         SOLARIS_TOPIC_PARTITIONS=str(settings.topic_partitions),

@@ -165,11 +165,22 @@ def folded_aggregates(settings: Settings) -> tuple[Counter[Pair], dict[int, Any]
 
 
 def _store_values(settings: Settings) -> dict[bytes, bytes]:
+    """Every value under the run's key prefix (on a Redis Cluster: scanned on every master)."""
     import redis
+    from redis.cluster import RedisCluster
 
+    match = f"{settings.key_prefix}:*"
+    if settings.store_backend == "redis-cluster":
+        cluster = RedisCluster.from_url(settings.store_url, socket_timeout=10)
+        try:
+            keys = sorted(cluster.scan_iter(match=match, count=1000))
+            values = cluster.mget_nonatomic(keys) if keys else []
+        finally:
+            cluster.close()
+        return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, bytes)}
     client = redis.Redis.from_url(settings.store_url, socket_timeout=10)
     try:
-        keys = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+        keys = sorted(client.scan_iter(match=match, count=1000))
         values = client.mget(keys) if keys else []
     finally:
         client.close()

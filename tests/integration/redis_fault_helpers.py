@@ -282,3 +282,32 @@ def faulted_settings(bundle: Path, rds: RedisInstance) -> Settings:
     base = Settings().model_copy(update={"store_url": rds.url})
     require_kafka_and_redis(base)
     return live_settings(base, uuid.uuid4().hex[:10], bundle, partitions=2, **STATELESS_RANKING)
+
+
+def dense_traffic_file() -> Path:
+    """240 requests of 18 users over 3 h of event time, spread evenly (no daily cycle): at
+    REPLAY_WALL_S every second of the replay has requests in flight, so each fault window sees
+    tens of them. Same world and item space as the tiny bundle's traffic, whose models serve it
+    (``fault_harness.fault_traffic`` spans 2 days with nights, i.e. long idle stretches)."""
+    from models.data.columns import iter_events
+    from models.data.synthetic import SyntheticConfig, generate
+    from models.data.traffic import write_traffic
+
+    path = Settings().cache_dir / "test-data" / "faults-redis-v1.avro"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        world = generate(
+            SyntheticConfig(
+                n_users=30,
+                n_items=300,
+                days=0.125,
+                k=20,
+                seed=7,
+                sessions_per_day=16.0,
+                diurnal_amplitude=0.0,
+            )
+        )
+        tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
+        write_traffic(tmp, iter_events(world.requests, world.impressions), {"dataset": "faults"})
+        tmp.rename(path)  # atomic: a concurrent run never reads half a file
+    return path

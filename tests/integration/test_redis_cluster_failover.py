@@ -40,11 +40,15 @@ import numpy as np
 import pytest
 import redis
 
+from schemas.records import PairEmbedding
+from store.errors import ReplicaShortfall, StoreUnavailable
 from store.keys import KeyLayout
 from store.protocol import ReadBatch
 from store.reader import FeatureReader
 from store.redis_cluster_store import RedisClusterStore
+from store.redis_writes import ReplicaAck, pack_set_px, send_packed_many
 from store.tiers import Tier
+from store.values import decode_vector
 from streams.engine.config import ENGINE_DEFAULTS
 from streams.live.retry import write_with_retry
 from streams.settings import REPO_ROOT, Settings
@@ -105,6 +109,8 @@ def _script(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 class Cluster:
     ports: list[int]
     directory: Path
+    #: the environment ``infra/redis.sh`` runs with for this cluster
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -115,6 +121,18 @@ class Cluster:
 
     def pid(self, port: int) -> int:
         return int((self.directory / str(port) / "redis.pid").read_text().strip())
+
+    def restart_stopped(self) -> None:
+        """Start the nodes that are down (a killed master rejoins as a replica of the promoted
+        one: its nodes.conf is kept) and wait until every replica is in sync again."""
+        run = _script("cluster-start", self.env)
+        assert run.returncode == 0, f"cluster-start failed:\n{run.stdout}\n{run.stderr}"
+
+    def replica_and_survivor(self, master: int) -> tuple[int, int]:
+        """The replica of the master on port ``master``, and a node that is neither."""
+        view = self.nodes(master)
+        replica = next(p for p, (_, _, of) in view.items() if of == view[master][0])
+        return replica, next(p for p in self.ports if p not in (master, replica))
 
     def nodes(self, via: int) -> dict[int, tuple[str, str, str]]:
         """``CLUSTER NODES`` seen from ``via``: port -> (id, flags, master id)."""
@@ -138,13 +156,14 @@ def replicated_cluster(directory: Path) -> Iterator[Cluster]:
         if Settings().require_services:
             pytest.fail(msg)
         pytest.skip(msg)
-    cluster = Cluster(cluster_ports(), directory)
+    ports = cluster_ports()
     env = {
-        "SOLARIS_REDIS_CLUSTER_PORTS": " ".join(map(str, cluster.ports)),
+        "SOLARIS_REDIS_CLUSTER_PORTS": " ".join(map(str, ports)),
         "SOLARIS_REDIS_CLUSTER_DIR": str(directory),
         "SOLARIS_REDIS_CLUSTER_REPLICAS": "1",
         "SOLARIS_REDIS_CLUSTER_NODE_TIMEOUT_MS": str(NODE_TIMEOUT_MS),
     }
+    cluster = Cluster(ports, directory, env)
     try:
         run = _script("cluster-start", env)
         assert run.returncode == 0, f"cluster-start failed:\n{run.stdout}\n{run.stderr}"
@@ -279,10 +298,7 @@ def _run_failover(
 
     # the victim: the master owning user 0's slot; its replica; a survivor to ask
     owner = writer_store._writer_client().get_node_from_key(writer_store.layout.pair(0, 0))
-    view = cluster.nodes(owner.port)
-    victim_id = view[owner.port][0]
-    replica = next(p for p, (_, _, master) in view.items() if master == victim_id)
-    survivor = next(p for p in cluster.ports if p not in (owner.port, replica))
+    replica, survivor = cluster.replica_and_survivor(owner.port)
     time.sleep(2.0)
     assert rounds.rounds and all(share == 1.0 for _, share in rounds.rounds), rounds.rounds
     os.kill(cluster.pid(owner.port), signal.SIGKILL)
@@ -363,3 +379,89 @@ def _check(
     )
     assert measured["max_ms"] <= DEADLINE_MS + LATENCY_SLACK_S * 1000, measured
     assert stats.timeouts <= TIMEOUT_SHARE_BOUND * stats.calls, measured
+
+
+def _read_pair(url: str, prefix: str, user: int, item: int) -> bytes | None:
+    store = RedisClusterStore(url, KeyLayout(prefix))
+    try:
+        return store.read(ReadBatch(pairs=[(user, item)]), timeout_ms=5_000).pairs[0]
+    finally:
+        store.close()
+
+
+def _write_until_acknowledged(
+    store: RedisClusterStore, pairs: list[PairEmbedding], deadline_s: float
+) -> float | None:
+    """Retry ``pairs`` (as ``write_with_retry`` would, without its backoff) until a write is
+    acknowledged; the seconds it took, None if none was within ``deadline_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        try:
+            store.write_pairs(pairs, TTL_MS)
+            return time.monotonic() - start
+        except StoreUnavailable:
+            time.sleep(0.2)
+    return None
+
+
+def test_with_replica_acks_a_failover_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """The replication window made deterministic: the replica of user 0's master is frozen and
+    its link dropped, so the master alone holds what it takes next; then the master dies and the
+    replica is promoted. A write the master acknowledged on its own is lost with it; the same
+    write with ``ReplicaAck`` (``SOLARIS_REDIS_WAIT_REPLICAS=1``) was refused instead
+    (:class:`ReplicaShortfall`), is retried, and is stored once the promoted master has a
+    replica again (the killed node, restarted, rejoins as one: until then its slots take no
+    confirmed writes, the documented price of the setting)."""
+    prefix = "ack"
+    with replicated_cluster(tmp_path / "cluster") as cluster:
+        plain = RedisClusterStore(cluster.url, KeyLayout(prefix))
+        ack = ReplicaAck(1, 200)
+        waiting = RedisClusterStore(cluster.url, KeyLayout(prefix), ack=ack)
+        try:
+            plain.write_pairs([pair(0, 1, seed=1)], TTL_MS)
+            waiting.write_pairs([pair(0, 2, seed=2)], TTL_MS)  # confirmed: a replica is there
+            owner = plain._writer_client().get_node_from_key(plain.layout.pair(0, 0)).port
+            replica, survivor = cluster.replica_and_survivor(owner)
+            os.kill(cluster.pid(replica), signal.SIGSTOP)
+            try:
+                master = cluster.node(owner)
+                assert master.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+                master.close()
+                plain.write_pairs([pair(0, 100, seed=100)], TTL_MS)  # the master's ack only
+                with pytest.raises(ReplicaShortfall, match="confirmed by 0 of 1"):
+                    waiting.write_pairs([pair(0, 200, seed=200)], TTL_MS)
+                os.kill(cluster.pid(owner), signal.SIGKILL)
+            finally:
+                os.kill(cluster.pid(replica), signal.SIGCONT)
+            wait_promoted(cluster, owner, replica, survivor)
+            # the promoted master has no replica yet: nothing it takes is confirmed
+            assert _write_until_acknowledged(waiting, [pair(0, 200, seed=200)], 3.0) is None
+            cluster.restart_stopped()
+            took = _write_until_acknowledged(waiting, [pair(0, 200, seed=200)], deadline_s=30.0)
+            # a writer whose slot table still names the old master, now a replica, gets the
+            # redirection (a stale slot table: re-read, retried), not WAIT's refusal on a
+            # replica (a permanent error: it stopped the pipeline when WAIT's reply came first)
+            rejoined = cluster.node(owner)
+            with pytest.raises(redis.exceptions.MovedError):
+                send_packed_many(
+                    rejoined, pack_set_px([(plain.layout.pair(0, 300), b"x")], TTL_MS), 1, ack
+                )
+            rejoined.close()
+        finally:
+            plain.close()
+            waiting.close()
+        url = f"redis://127.0.0.1:{survivor}"
+        confirmed_before = _read_pair(url, prefix, 0, 2)
+        unconfirmed = _read_pair(url, prefix, 0, 100)
+        retried = _read_pair(url, prefix, 0, 200)
+    print_measured(
+        "redis cluster replica acks",
+        {
+            "retried_write_acknowledged_after_rejoin_s": took,
+            "unconfirmed_lost": unconfirmed is None,
+        },
+    )
+    assert confirmed_before is not None
+    assert unconfirmed is None, "the scenario did not open a replication window"
+    assert took is not None and retried is not None
+    assert decode_vector(retried).array().tolist() == pair(0, 200, seed=200).array().tolist()

@@ -113,3 +113,31 @@ def test_conditional_writes_survive_a_script_flush(store: RedisStore, redis_url:
         assert store.stale_skipped == 1
     finally:
         client.close()
+
+
+def test_a_write_no_replica_confirms_is_applied_but_not_acknowledged(
+    redis_url: str, unique: str, store: RedisStore
+) -> None:
+    """``SOLARIS_REDIS_WAIT_REPLICAS`` on a Redis without replicas: every write (conditional
+    pairs, plain neighbour lists) raises :class:`ReplicaShortfall` after the wait, so the
+    writer retries it instead of counting it stored; the master applied it (a retry is
+    idempotent) and the connection stays in step for the next write."""
+    from schemas.records import NeighbourList
+    from store.errors import ReplicaShortfall
+    from store.redis_writes import ReplicaAck
+
+    waiting = RedisStore(redis_url, store.layout, ack=ReplicaAck(replicas=1, timeout_ms=50))
+    try:
+        started = time.perf_counter()
+        with pytest.raises(ReplicaShortfall, match="confirmed by 0 of 1 replica"):
+            waiting.write_pairs([pair(3, 30, seed=1)], ttl_ms=60_000)
+        assert time.perf_counter() - started >= 0.045  # WAIT waited its timeout
+        with pytest.raises(ReplicaShortfall, match="2 writes applied"):
+            waiting.write_neighbours(
+                [NeighbourList(3, 1, (4,), (0.9,)), NeighbourList(5, 1, (6,), (0.8,))], 60_000
+            )
+        got = store.read(ReadBatch(pairs=[(3, 30)], neighbours=[3, 5]), 500)
+        assert got.pairs[0] is not None and all(n is not None for n in got.neighbours)
+        assert decode_vector(got.pairs[0]).array().tolist() == pair(3, 30, seed=1).array().tolist()
+    finally:
+        waiting.close()
