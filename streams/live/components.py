@@ -7,6 +7,7 @@ from streams.codecs import make_codec
 from streams.engine.config import EngineConfig
 from streams.engine.models import EngineModels
 from streams.engine.stages import build_stages
+from streams.engine.steps.neighbours import NeighbourState
 from streams.live.stats import STATS_BACKENDS, LiveStats
 from streams.settings import Settings
 
@@ -35,8 +36,13 @@ class Components:
             LiveStats(settings, "pipeline") if settings.store_backend in STATS_BACKENDS else None
         )
         self._pending: dict[str, int | float] = {}
-        #: user -> event time of their newest aggregate (this worker's users), for the KNN index
-        self.aggregate_times: dict[int, int] = {}
+        #: the neighbour step's state for this worker's users (None without the neighbour tier)
+        self.neighbours = NeighbourState.new(cfg, self.reps) if self.reps is not None else None
+        #: user -> event time of their newest aggregate (this worker's users), written by the
+        #: aggregate agent: the neighbour state's own dict, so the index's population
+        self.aggregate_times: dict[int, int] = (
+            self.neighbours.newest if self.neighbours is not None else {}
+        )
 
     def count(self, **counts: int) -> None:
         """Add to the shared counters; the worker's 1 s timer publishes them (one round trip)."""

@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from store.values import version_tag
-from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.state import REPS, aggregate_newest_ms
+from streams.engine.steps.neighbours import NeighbourState, build_refresh, plan_refresh
 from streams.engine.steps.speculate import restore_representation
 from streams.live import metrics
 from streams.live.components import Components
@@ -40,55 +40,54 @@ class NeighbourRefresher:
         self.settings = settings
         self.parts = parts
         self.name = name
-        self.clock = RefreshClock(
-            parts.config.neighbours.interval_ms,
-            settings.neighbour_ttl_ms,
-            parts.config.neighbours.growth_factor,
-        )
         self._restored = False
         #: snapshots say which bundle's item vectors built them (the ranker skips foreign ones)
         self.version_tag = version_tag(parts.models.fm.model_version)
 
     async def maybe_refresh(self, t: int, aggregates: Any, reps_table: Any) -> None:
         """Refresh when due at event time ``t`` (before the request at ``t`` is speculated)."""
-        reps, s = self.parts.reps, self.settings
-        if reps is None or not self.clock.due(t, len(self.parts.aggregate_times)):
+        state, s = self.parts.neighbours, self.settings
+        if state is None:
             return
         if not self._restored:  # after a restart the in-memory state comes back from the tables
-            before = reps.foreign
-            for u, v in reps_table.items():
-                saved = REPS.load(v)
-                if saved is not None and not reps.has(int(u)):
-                    restore_representation(reps, int(u), saved)
-            metrics.count_foreign_resets(reps.foreign - before, "representation")
-            for u, v in aggregates.items():
-                newest = aggregate_newest_ms(v)
-                if newest is not None:
-                    self.parts.aggregate_times.setdefault(int(u), newest)
-            self._restored = True
-        since = self.clock.start(t, len(self.parts.aggregate_times))
-        horizon = s.neighbour_aggregate_ttl_ms
-        fresh = fresh_users(self.parts.aggregate_times, reps, t, horizon)
+            self._restore(state, aggregates, reps_table)
+        plan = plan_refresh(state, t, self.parts.config)  # on the loop: it mutates the state
+        if plan is None:
+            return
         started = time.perf_counter()
-        index, lists = await in_pool(
-            NEIGHBOUR_POOL, refresh, reps, fresh, since, t, self.parts.config.neighbours
-        )
-        self._account(time.perf_counter() - started, len(index), len(lists))
+        done = await in_pool(NEIGHBOUR_POOL, build_refresh, state.reps, plan, self.parts.config)
+        self._account(time.perf_counter() - started, len(done.index), len(done.lists))
         store = self.parts.store
         await write_with_retry(
-            "write_neighbours", lambda: store.write_neighbours(lists, s.neighbour_ttl_ms)
+            "write_neighbours", lambda: store.write_neighbours(done.lists, s.neighbour_ttl_ms)
         )
         await write_with_retry(
             "write_snapshot",
             lambda: publish_snapshot(
-                store, self.name, index, t, s.neighbour_ttl_ms, self.version_tag
+                store, self.name, done.index, t, s.neighbour_ttl_ms, self.version_tag
             ),
         )
-        metrics.NEIGHBOUR_LISTS.inc(len(lists))
+        metrics.NEIGHBOUR_LISTS.inc(len(done.lists))
         log.info(
             "neighbours refreshed",
-            extra={"indexed": len(index), "lists": len(lists), "event_time_ms": t},
+            extra={"indexed": len(done.index), "lists": len(done.lists), "event_time_ms": t},
         )
+
+    def _restore(self, state: NeighbourState, aggregates: Any, reps_table: Any) -> None:
+        """Representations and newest aggregate times from the worker's tables (its first
+        refresh check after a start)."""
+        reps = state.reps
+        before = reps.foreign
+        for u, v in reps_table.items():
+            saved = REPS.load(v)
+            if saved is not None and not reps.has(int(u)):
+                restore_representation(reps, int(u), saved)
+        metrics.count_foreign_resets(reps.foreign - before, "representation")
+        for u, v in aggregates.items():
+            newest = aggregate_newest_ms(v)
+            if newest is not None:
+                state.newest.setdefault(int(u), newest)
+        self._restored = True
 
     def _account(self, seconds: float, indexed: int, lists: int) -> None:
         metrics.NEIGHBOUR_REFRESH_SECONDS.observe(seconds)

@@ -26,12 +26,12 @@ from streams.engine.aggregator import AggregateState
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.history import HistoryBook
 from streams.engine.models import EngineModels
-from streams.engine.neighbours import RefreshClock, fresh_users, refresh
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
 from streams.engine.steps.aggregate import aggregate_step
 from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.history import observe_impression
+from streams.engine.steps.neighbours import NeighbourState, neighbours_step
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
 from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
@@ -86,11 +86,8 @@ class Simulator:
         self.saved_reps: dict[int, SavedRep] = {}
         self.ledgers: dict[int, LedgerState] = {}
         self.agg_states: dict[int, AggregateState] = {}
-        self.agg_newest: dict[int, int] = {}
-        self.refresh_clock = RefreshClock(
-            config.neighbours.interval_ms,
-            config.reader.neighbour_ttl_ms,
-            config.neighbours.growth_factor,
+        self.neighbours = (
+            NeighbourState.new(config.engine, self.reps) if self.reps is not None else None
         )
         self.requests = 0
         #: verified messages whose FM output was not finite (live: dead-lettered)
@@ -187,7 +184,8 @@ class Simulator:
         aggregate = step.aggregates.get(u)
         if aggregate is not None:
             self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
-            self.agg_newest[u] = aggregate.event_time_ms
+            if self.neighbours is not None:
+                self.neighbours.saw_aggregate(u, aggregate.event_time_ms)
 
     def _agg_state(self, user: int) -> AggregateState:
         return self.agg_states.setdefault(user, AggregateState())
@@ -239,15 +237,12 @@ class Simulator:
             self.eval.add(u, imp.item_id, t, imp.label, int(tiers[j]), vectors[j], hist)
 
     def _maybe_refresh_neighbours(self, t: int) -> None:
-        cfg = self.config
-        if self.reps is None or not self.refresh_clock.due(t, len(self.agg_newest)):
+        if self.neighbours is None:
             return
-        since = self.refresh_clock.start(t, len(self.agg_newest))
-        horizon = cfg.reader.neighbour_aggregate_ttl_ms
-        fresh = fresh_users(self.agg_newest, self.reps, t, horizon)
-        index, lists = refresh(self.reps, fresh, since, t, cfg.neighbours)
-        self.store.write_neighbours(lists, cfg.reader.neighbour_ttl_ms)
-        self.reader.cold_start = index
+        done = neighbours_step(self.neighbours, t, self.config.engine)
+        if done is not None:
+            self.store.write_neighbours(done.lists, self.config.reader.neighbour_ttl_ms)
+            self.reader.cold_start = done.index
 
     def _prune_pending(self) -> None:
         horizon = self.now_ms - 3_600_000

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from store.memory import InMemoryStore
-from streams.engine import neighbours as engine_neighbours
 from streams.engine.models import EngineModels
 from streams.live import metrics, neighbours_job
 from streams.live.components import Components
@@ -36,14 +35,14 @@ def test_refresh_runs_off_the_event_loop_which_keeps_ticking(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ran_in: list[str] = []
-    real = engine_neighbours.refresh
+    real = neighbours_job.build_refresh
 
     def slow_refresh(*args: Any) -> Any:
         ran_in.append(threading.current_thread().name)
         time.sleep(0.3)  # an index build at scale
         return real(*args)
 
-    monkeypatch.setattr(neighbours_job, "refresh", slow_refresh)
+    monkeypatch.setattr(neighbours_job, "build_refresh", slow_refresh)
     refresher = _refresher(Settings())
 
     async def main() -> int:

@@ -201,7 +201,8 @@ def test_growth_triggered_neighbour_refresh_fills_a_cold_index_sooner(
         sim.run(events)
         shares = sim.coverage.shares()
         neighbours = shares["neighbour_item"] + shares["neighbour_aggregate"]
-        return neighbours, sim.refresh_clock.last_population
+        assert sim.neighbours is not None
+        return neighbours, sim.neighbours.clock.last_population
 
     interval_only, population_interval = neighbour_coverage(1.0)
     with_growth, population_growth = neighbour_coverage(2.0)
