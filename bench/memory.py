@@ -13,6 +13,11 @@ a slope over the second half of the run, when most users have been seen; state p
 bounded by the user count here, since nothing in two hours of event time is old enough to expire
 (pair TTL 4 h, aggregate window 24 h).
 
+The users keep arriving: ~75 % have been seen by half time, so the second half adds per-user
+state that is not a leak. ``--population closed`` replays the same file without the users first
+seen in the second half (their every event dropped): no new user after half time, so any
+second-half growth is per event. Both report the users seen at half and at the end.
+
 Reported per worker: RSS after warm-up (10 % of events), at half, at the end and its maximum,
 the least-squares slope over the second half in MiB per 100 k events, and the CPU µs per event
 over the whole replay (``/proc/<pid>/stat``), so a memory setting's CPU price shows beside it. The ratio
@@ -25,7 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,8 @@ from bench.cpu import CpuMeter, child_pids
 from bench.live import PIPELINE_ROLES, LiveRun
 from bench.pipeline import GROUP_TOPICS, drain_seconds, paced
 from bench.workload import TrafficSpec, bench_bundle, bench_traffic
+from models.data.traffic import read_traffic
+from schemas.records import ImpressionEvent, RequestEvent
 from streams.replay import replay_events
 from streams.settings import Settings
 
@@ -45,6 +52,10 @@ FULL_SPEC = TrafficSpec(6_000, 2 * HOUR_DAYS, seed=13, sessions_per_day=24.0)
 SMOKE_SPEC = TrafficSpec(60, 2 * HOUR_DAYS, seed=13, sessions_per_day=6.0)
 WORKERS = ("pipeline", "fm")
 FLAT_LIMIT = 1.05
+TrafficEvent = RequestEvent | ImpressionEvent
+
+
+POPULATIONS = ("open", "closed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,8 @@ class MemoryConfig:
     sample_s: float = 1.0
     drain_timeout_s: float = 300.0
     spec: TrafficSpec = FULL_SPEC
+    #: "closed": without the users first seen in the traffic's second half (see the docstring)
+    population: str = "open"
 
     @classmethod
     def smoke(cls) -> MemoryConfig:
@@ -132,10 +145,42 @@ def summarise(samples: list[dict[str, Any]], worker: str, total_events: int) -> 
     }
 
 
+def closed_population(events: list[TrafficEvent]) -> list[TrafficEvent]:
+    """``events`` without every event of the users whose first event is in the second half."""
+    first: dict[int, int] = {}
+    for i, ev in enumerate(events):
+        first.setdefault(ev.user_id, i)
+    half = len(events) // 2
+    return [ev for ev in events if first[ev.user_id] < half]
+
+
+def users_seen(events: list[TrafficEvent]) -> dict[str, int]:
+    """Distinct users among the first half of ``events`` and among all of them."""
+    half = {ev.user_id for ev in events[: len(events) // 2]}
+    return {"users_seen_at_half": len(half), "users_seen_at_end": len({e.user_id for e in events})}
+
+
+def population_traffic(traffic: Path, population: str) -> Path:
+    """``traffic`` itself (open) or its closed-population copy beside it (written once)."""
+    from models.data.traffic import traffic_metadata, write_traffic
+
+    if population not in POPULATIONS:
+        raise ValueError(f"population must be one of {POPULATIONS}, got {population!r}")
+    if population == "open":
+        return traffic
+    path = traffic.with_name(traffic.stem + "-closed.avro")
+    if not path.exists():
+        kept = closed_population(list(read_traffic(traffic)))
+        tmp = path.with_suffix(".tmp")
+        meta = traffic_metadata(traffic) | {"population": "closed at half"}
+        write_traffic(tmp, kept, meta)
+        tmp.replace(path)  # atomic: a concurrent run never reads half a file
+    return path
+
+
 def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, rate: float) -> int:
     """The whole traffic file at ``rate`` events/s in one replay; the sampler learns the
     progress (every 1,000 events) and a worker that died stops the run."""
-    from models.data.traffic import read_traffic
 
     def progress(sent: int) -> None:
         sampler.sent = sent
@@ -146,12 +191,17 @@ def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, rate: float) -> in
 
 
 def run_memory(
-    settings: Settings, cfg: MemoryConfig | None = None, smoke: bool = False
+    settings: Settings,
+    cfg: MemoryConfig | None = None,
+    smoke: bool = False,
+    population: str | None = None,
 ) -> BenchResult:
     """The paced 2-hour replay on one deployment with RSS sampled; everything removed after."""
     cfg = cfg or (MemoryConfig.smoke() if smoke else MemoryConfig())
+    if population is not None:
+        cfg = replace(cfg, population=population)
     machine = machine_info({"redis": redis_version(settings.store_url)})
-    traffic = bench_traffic(settings, cfg.spec)
+    traffic = population_traffic(bench_traffic(settings, cfg.spec), cfg.population)
     bundle = bench_bundle(settings, traffic, smoke)
     log_dir = settings.cache_dir / "run" / "bench-logs"
     started = time.perf_counter()
@@ -177,6 +227,8 @@ def run_memory(
             "event_hours": cfg.spec.days * 24,
             "sessions_per_day": cfg.spec.sessions_per_day,
             "events": sent,
+            "population": cfg.population,
+            **users_seen(list(read_traffic(traffic))),
         },
         "rate_events_per_s": cfg.rate,
         "replay_wall_s": time.perf_counter() - started,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.common import RESULTS_DIR, BenchResult, machine_line, markdown_table, summary_table
 from streams.settings import Settings
@@ -123,13 +124,16 @@ BENCHES: dict[str, Spec] = {
 ORDER = ("store", "serve", "serve-http", "fm", "state", "pipeline", "scale-out", "memory")
 
 
-def run_bench(name: str, settings: Settings, smoke: bool, json_path: Path | None) -> BenchResult:
-    """Run one benchmark and write its JSON (default ``bench/results/<name>.json``)."""
+def run_bench(
+    name: str, settings: Settings, smoke: bool, json_path: Path | None, **options: Any
+) -> BenchResult:
+    """Run one benchmark and write its JSON (default ``bench/results/<name>.json``);
+    ``options`` go to the benchmark's run function (e.g. the memory bench's population)."""
     spec = BENCHES[name]
     module = importlib.import_module(spec.module)
     run: Callable[..., BenchResult] = getattr(module, spec.run)
     started = time.perf_counter()
-    result = run(settings, None, smoke)
+    result = run(settings, None, smoke, **options)
     result.results.setdefault("wall_seconds", time.perf_counter() - started)
     result.write(json_path or RESULTS_DIR / f"{name}.json")
     return result

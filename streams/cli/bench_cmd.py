@@ -8,6 +8,7 @@ Kafka and Redis must be running (``solaris infra up``) for serve, serve-http, fm
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,14 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+
+class Population(StrEnum):
+    """Who the memory bench's traffic keeps (see bench/memory.py)."""
+
+    open = "open"
+    closed = "closed"
+
+
 SmokeOpt = Annotated[
     bool, typer.Option("--smoke", help="Tiny run that checks plumbing; numbers are meaningless.")
 ]
@@ -27,11 +36,11 @@ JsonOpt = Annotated[
 ]
 
 
-def _one(name: str, json_path: Path | None, smoke: bool) -> None:
+def _one(name: str, json_path: Path | None, smoke: bool, **options: object) -> None:
     from bench.runner import report, run_bench
     from streams.settings import Settings
 
-    result = run_bench(name, Settings(), smoke, json_path)
+    result = run_bench(name, Settings(), smoke, json_path, **options)
     typer.echo(report(result))
 
 
@@ -78,9 +87,20 @@ def scale_out(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 
 
 @app.command("memory")
-def memory(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+def memory(
+    json_path: JsonOpt = None,
+    smoke: SmokeOpt = False,
+    population: Annotated[
+        Population,
+        typer.Option(
+            "--population",
+            help="open: every user of the traffic; closed: without the users first seen in its "
+            "second half (then second-half growth is per event, not per new user).",
+        ),
+    ] = Population.open,
+) -> None:
     """Each worker's RSS over a 2-hour-of-event-time replay with 10x the demo's users."""
-    _one("memory", json_path, smoke)
+    _one("memory", json_path, smoke, population=population.value)
 
 
 @app.command("all")

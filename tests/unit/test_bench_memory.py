@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from bench.memory import rss_bytes, summarise
+from schemas.records import RequestEvent
 
 MIB = 2**20
 
@@ -51,3 +53,25 @@ def test_missing_samples_of_a_worker_are_skipped_not_zero() -> None:
     s = summarise(rows, "w", 400)
     assert s["samples"] == 4 and s["rss_mib_max"] == 100.0
     assert summarise([], "w", 400) == {"samples": 0}
+
+
+def _requests(users: list[int]) -> list[RequestEvent]:
+    return [RequestEvent(f"r{i}", u, 1_000 * i, "feed", (1, 2)) for i, u in enumerate(users)]
+
+
+def test_a_closed_population_drops_the_users_first_seen_in_the_second_half() -> None:
+    from bench.memory import closed_population, users_seen
+
+    events = _requests([1, 2, 1, 3, 2, 4, 1, 3])  # half = 4 events: users 1, 2, 3 seen by then
+    kept = closed_population(events)
+    assert [e.user_id for e in kept] == [1, 2, 1, 3, 2, 1, 3]
+    assert users_seen(events) == {"users_seen_at_half": 3, "users_seen_at_end": 4}
+    assert users_seen(kept)["users_seen_at_end"] == 3
+
+
+def test_an_unknown_population_is_refused(tmp_path: Path) -> None:
+    from bench.memory import population_traffic
+
+    assert population_traffic(tmp_path / "t.avro", "open") == tmp_path / "t.avro"
+    with pytest.raises(ValueError, match="population must be one of"):
+        population_traffic(tmp_path / "t.avro", "half")
