@@ -10,6 +10,7 @@ nothing here is exported or served.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from models.builder import json_safe, train_all
@@ -17,6 +18,7 @@ from models.config import TrainConfig
 from models.data.tasks import TaskPair
 from models.evaluate import evaluate_runs
 from models.experiment import Impressions
+from models.served import ServedTierSource
 from models.train import Report
 
 
@@ -26,12 +28,18 @@ def cross_task_impressions(pair: TaskPair) -> Impressions:
 
 
 def run_cross_task(
-    pair: TaskPair, dataset: str, cfg: TrainConfig, report: Report | None = None
+    pair: TaskPair,
+    dataset: str,
+    cfg: TrainConfig,
+    report: Report | None = None,
+    served: ServedTierSource | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every model on ``pair``; the report of ``models.evaluate`` plus a
-    ``task`` block naming both tasks, the reference FM and the source FM's NE on the VM task."""
+    ``task`` block naming both tasks, the reference FM and the source FM's NE on the VM task.
+    With ``served`` (the serving engine over :func:`write_pair_traffic`'s file) the served VM is
+    the engine-built one, state tier included, as in ``solaris evaluate``."""
     imps = cross_task_impressions(pair)
-    runs = train_all(imps, cfg, report)
+    runs = train_all(imps, cfg, report, served)
     out = evaluate_runs(dataset, imps, runs, cfg)
     models = out["models"]
     out["task"] = {
@@ -46,6 +54,18 @@ def run_cross_task(
     }
     out["conversion"] = pair.metadata
     return json_safe(out)
+
+
+def write_pair_traffic(pair: TaskPair, path: Path) -> Path:
+    """The FM task's traffic (requests and labelled impressions: what the live pipeline would
+    see, the FM reading its own task's labels in the history) as a traffic file at ``path``."""
+    from models.data.columns import iter_events
+    from models.data.traffic import write_traffic
+
+    if pair.requests is None:
+        raise ValueError("the task pair has no requests: convert it with task_impressions")
+    write_traffic(path, iter_events(pair.requests, pair.impressions), json_safe(pair.metadata))
+    return path
 
 
 def _f(x: float | None, spec: str = ".3f") -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.data.columns import Impressions as TrafficImpressions
+from models.data.columns import Requests as TrafficRequests
 from models.data.convert import ConvertConfig, conversion_metadata, convert
 from models.data.errors import ConfigError, DataError
 from models.data.loaders import (
@@ -93,6 +94,8 @@ class TaskPair:
     impressions: TrafficImpressions
     vm_label: np.ndarray  # int8 [m], aligned with ``impressions``
     metadata: dict[str, Any]
+    #: the FM task's requests (with ``impressions``, the traffic the serving engine replays)
+    requests: TrafficRequests | None = None
 
 
 def _same_rows(a: Interactions, b: Interactions) -> None:
@@ -120,7 +123,7 @@ def task_impressions(
     fm_log, report = load_task(dataset, data_dir, fm_task)
     vm_log, _ = load_task(dataset, data_dir, vm_task)
     _same_rows(fm_log, vm_log)
-    _, fm_imps = convert(fm_log, cfg, dataset=dataset)
+    fm_reqs, fm_imps = convert(fm_log, cfg, dataset=dataset)
     _, vm_imps = convert(vm_log, cfg, dataset=dataset)
     if not (
         np.array_equal(fm_imps.request_id, vm_imps.request_id)
@@ -137,4 +140,4 @@ def task_impressions(
             "vm_task_positive_share": float(vm_imps.label.mean()) if len(vm_imps) else 0.0,
         }
     )
-    return TaskPair(fm_imps, vm_imps.label.copy(), meta)
+    return TaskPair(fm_imps, vm_imps.label.copy(), meta, fm_reqs)

@@ -8,6 +8,7 @@ Evaluation only (nothing exported): converts the dataset under both tasks, train
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
@@ -32,6 +33,15 @@ def cross_task(
     data_dir: DataDirOpt = None,
     seeds: SeedsOpt = 3,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    engine: Annotated[
+        bool,
+        typer.Option(
+            "--engine/--no-engine",
+            help="Train and judge the served VM on the tiers the serving engine achieves on the "
+            "FM task's traffic (state tier included), as `solaris evaluate` does; off: offline "
+            "tiers only (SOLARIS_TRAIN_ON_ENGINE_TIERS=false also turns it off).",
+        ),
+    ] = True,
 ) -> None:
     """Cross-task transfer: TR per task pair against an FM trained on the VMs' task."""
     from models.config import TrainConfig
@@ -48,7 +58,15 @@ def cross_task(
         with console.status(f"converting {dataset} for tasks {fm_task} and {vm_task}"):
             pair = task_impressions(dataset, folder, fm_task, vm_task)
         cfg = TrainConfig.from_settings(settings, seeds=seeds)
-        report = run_cross_task(pair, dataset, cfg, lambda msg: console.log(msg))
+        with tempfile.TemporaryDirectory(prefix="solaris-cross-task-") as tmp:
+            served = None
+            if engine:
+                from models.cross_task import write_pair_traffic
+                from streams.simulate.served_tiers import served_source
+
+                traffic = write_pair_traffic(pair, Path(tmp) / "traffic.avro")
+                served = served_source(traffic, settings)
+            report = run_cross_task(pair, dataset, cfg, lambda msg: console.log(msg), served)
     except DataError as exc:  # ConfigError is a DataError: an unknown task, a missing folder
         console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
         raise typer.Exit(1) from exc

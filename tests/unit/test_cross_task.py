@@ -71,3 +71,32 @@ def test_a_one_class_task_is_refused_before_training() -> None:
     imps = taste_world(n_users=40, per_user=10)
     with pytest.raises(OneClassLabels, match="VM training"):
         run_seed(replace(imps, task_label=np.zeros_like(imps.label)), TINY, seed=0)
+
+
+def test_cross_task_with_the_engine_judges_the_engine_served_vm(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With the serving engine (`solaris cross-task --engine`, the default) the served VM is the
+    one trained on the tiers the engine achieves on the FM task's traffic, state tier included,
+    as in `solaris evaluate`; before, cross-task judged only the offline tiers."""
+    from models.cross_task import run_cross_task, write_pair_traffic
+    from models.data.tasks import TaskPair
+    from models.data.traffic import load_traffic
+    from streams.settings import Settings
+    from streams.simulate.served_tiers import EngineServedTiers
+    from tests.integration.live_harness import TINY_TRAIN, small_traffic
+
+    source = load_traffic(small_traffic(tmp_path / "source.avro", n_users=30, days=2.0))
+    fm_imps = source.impressions
+    vm_label = (fm_imps.label.astype(bool) & (fm_imps.item_id % 2 == 0)).astype(np.int8)
+    meta = {"fm_task": {"name": "engaged"}, "vm_task": {"name": "even"}}
+    meta |= {"fm_task_positive_share": 0.0, "vm_task_positive_share": float(vm_label.mean())}
+    pair = TaskPair(fm_imps, vm_label, meta, source.requests)
+    traffic = write_pair_traffic(pair, tmp_path / "pair.avro")
+    settings = Settings().model_copy(
+        update={"embedding_dim": TINY_TRAIN.embedding_dim, "history_len": TINY_TRAIN.history_len}
+    )
+    cfg = replace(TINY_TRAIN, kd_weights=(0.5,), kd_temperatures=(1.0,))
+    report = run_cross_task(pair, "synthetic", cfg, None, EngineServedTiers(traffic, settings))
+    assert report["beats_kd"]["served_model"] == "vm_solaris_engine"
+    assert "vm_solaris_engine" in report["models"]
+    assert report["task"]["vm_task"] == {"name": "even"}
+    assert "beats_kd_state_tier" in report  # the state tier's own bar, as in evaluate

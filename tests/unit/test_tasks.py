@@ -81,3 +81,24 @@ def test_unknown_and_identical_tasks_are_refused_with_the_known_ones(tmp_path: P
         task_rule("log", "engaged")
     with pytest.raises(ConfigError, match="not cross-task"):
         task_impressions("movielens", tmp_path, "loved", "loved")
+
+
+def test_the_pairs_traffic_file_holds_its_rows_with_the_fm_tasks_labels(tmp_path: Path) -> None:
+    """The serving engine replays this file and matches its rows to the experiment's by
+    (user, item, request time, label): every impression must be there with the FM task's label."""
+    from models.cross_task import write_pair_traffic
+    from models.data.traffic import load_traffic
+
+    _ml100k(tmp_path)
+    pair = task_impressions("movielens", tmp_path, "engaged", "loved", ConvertConfig(k=10))
+    back = load_traffic(write_pair_traffic(pair, tmp_path / "t.avro")).impressions
+    imps = pair.impressions
+
+    def rows(x: object) -> list[tuple[int, int, int, int]]:
+        cols = (x.user_id, x.item_id, x.event_time_ms, x.label)  # type: ignore[attr-defined]
+        return sorted(zip(*(c.tolist() for c in cols), strict=True))
+
+    assert rows(back) == rows(imps)
+    assert pair.requests is not None and len(load_traffic(tmp_path / "t.avro").requests) == len(
+        pair.requests
+    )
