@@ -41,6 +41,7 @@ from models.train_vm import (
     VariantSpec,
     VMData,
     kd_grid,
+    kd_grid_or_none,
     predict_vm,
     sample_tiers,
     tune_vm,
@@ -422,13 +423,14 @@ def run_seed(
         probs["vm_solaris_engine_unavailable"] = predict_vm(
             m, engine_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
         )
-        # both channels with KD's budget: every KD weight × temperature (vm_kd's grid) at the
-        # optimiser point vm_solaris won; tuned["vm_solaris_engine_kd"] records the KD point
+        # both channels with KD's budget: every KD weight × temperature (vm_kd's grid) and
+        # weight 0 at the optimiser point vm_solaris won; tuned["vm_solaris_engine_kd"]
+        # records the KD point
         m_kd = fit(
             engine_kd_spec,
             "vm_solaris_engine_kd",
             data,
-            candidates=kd_grid(cfg, tuned.get("vm_solaris@0") or tuned[solaris_key]),
+            candidates=kd_grid_or_none(cfg, tuned.get("vm_solaris@0") or tuned[solaris_key]),
         )
         probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)
         # its degradation (no extra fit): every input unavailable / every row on the missing tier

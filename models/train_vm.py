@@ -324,6 +324,13 @@ def kd_grid(cfg: TrainConfig, base: GridPoint) -> list[GridPoint]:
     ]
 
 
+def kd_grid_or_none(cfg: TrainConfig, base: GridPoint) -> list[GridPoint]:
+    """:func:`kd_grid` plus KD weight 0 (no distillation): a VM that can also learn from the
+    FM's embeddings may choose not to distil, so validation never makes it worse than the same
+    VM without the KD loss."""
+    return [replace(base, epochs=0, kd_weight=0.0, kd_temperature=1.0), *kd_grid(cfg, base)]
+
+
 def grid(cfg: TrainConfig) -> list[GridPoint]:
     return [
         GridPoint(lr, wd, dr)
