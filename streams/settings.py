@@ -406,6 +406,21 @@ class Settings(BaseSettings):
         "each). A worker's table memory is bounded by 4 tables x partitions owned x "
         "(2 x write buffer + block cache).",
     )
+    table_sweep_interval_s: float = Field(
+        300.0,
+        ge=0,
+        description="How often (wall clock) a pipeline worker deletes the dead users of its "
+        "ledger and aggregates tables (streams.engine.steps.expiry: values that can change no "
+        "output any more); 0 = never. Bounds the tables' disk and changelog recovery by the "
+        "active users, not every user ever seen.",
+    )
+    table_expiry_grace_ms: int = Field(
+        24 * HOUR_MS,
+        ge=0,
+        description="Event time past a table value's own lifetime (pair TTL for the ledger, "
+        "the aggregate window for aggregates) before it is deleted: the window in which a "
+        "redelivered message is still recognised as one.",
+    )
     agent_sends: Literal["librdkafka", "faust"] = Field(
         "librdkafka",
         description=(

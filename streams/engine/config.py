@@ -35,6 +35,8 @@ class EngineConfig:
     aggregate_bucket_ms: int
     #: store TTL of user histories (written when vm_solaris reads streaming user features)
     history_store_ttl_ms: int
+    #: event time past a table value's lifetime before it is deleted (:mod:`.steps.expiry`)
+    table_expiry_grace_ms: int
 
     @classmethod
     def from_settings(
@@ -61,6 +63,7 @@ class EngineConfig:
             aggregate_window_ms=settings.aggregate_window_ms,
             aggregate_bucket_ms=settings.aggregate_bucket_ms,
             history_store_ttl_ms=settings.history_store_ttl_ms,
+            table_expiry_grace_ms=settings.table_expiry_grace_ms,
         )
 
     @classmethod

@@ -29,7 +29,7 @@ import faust
 from streams.engine.state import CODECS
 from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.kafka_security import faust_credentials
-from streams.live import faust_commits, faust_fastpath
+from streams.live import faust_commits, faust_fastpath, table_expiry
 from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
 from streams.live.components import Components
@@ -157,6 +157,7 @@ def create_app(
     for table in tables.values():
         ctx.record_changelog(table)
     register_agents(ctx, roles, aid)
+    table_expiry.register(ctx, roles)
     if web_port is not None:
         web.register_pages(ctx, bool(roles & STATEFUL))
     web.register_counter_flush(ctx)

@@ -9,6 +9,7 @@ from streams.engine.models import EngineModels
 from streams.engine.stages import build_stages
 from streams.engine.steps.neighbours import NeighbourState
 from streams.live.stats import STATS_BACKENDS, LiveStats
+from streams.live.table_clocks import PartitionClocks
 from streams.settings import Settings
 
 
@@ -31,6 +32,9 @@ class Components:
         self.reps = self.stages.reps
         #: newest event time seen by this worker (drives event-time decisions in timers)
         self.now_ms = 0
+        #: per table and partition, the newest event time its writing agent processed (the
+        #: table sweep's clocks: streams.live.table_expiry)
+        self.table_clocks = PartitionClocks()
         #: cross-process totals for `solaris coverage` and the demo (Redis stores only)
         self.stats = (
             LiveStats(settings, "pipeline") if settings.store_backend in STATS_BACKENDS else None

@@ -89,6 +89,17 @@ def count_foreign_resets(n: int, kind: str) -> None:
         FOREIGN_STATE_RESETS.labels(kind).inc(n)
 
 
+TABLE_USERS_EXPIRED = Counter(
+    "solaris_table_users_expired_total",
+    "Users deleted from a Faust table because their value can change no output any more "
+    "(streams.engine.steps.expiry), by table.",
+    ["table"],
+)
+TABLE_SWEEP_FAILURES = Counter(
+    "solaris_table_sweep_failures_total",
+    "Table sweeps that failed (logged; tried again at the next interval), by table.",
+    ["table"],
+)
 STALE_EMBEDDINGS = Counter(
     "solaris_stale_version_embeddings_total",
     "Late embeddings of a model version their user's aggregate already left (not aggregated).",

@@ -30,6 +30,7 @@ from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
 from streams.engine.steps.aggregate import aggregate_step
 from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
+from streams.engine.steps.expiry import dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
 from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: the simulated ranker's read deadline (ms): never reached by an in-memory store
 OFFLINE_DEADLINE_MS = 3_600_000.0
+#: the table-expiry sweep runs at most once per this much event time (and once per grace)
+SWEEP_EVERY_MIN_MS = 3_600_000
 
 
 class Simulator:
@@ -98,6 +101,9 @@ class Simulator:
         self.eval = EvalRows(config.reader.dim) if config.test_start_ms is not None else None
         self.read_ms: list[float] = []
         self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}
+        #: event time of the last table-expiry sweep; users deleted by it, per table
+        self._swept_at = 0
+        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0}
 
     def run(
         self,
@@ -153,6 +159,7 @@ class Simulator:
     def _pipeline(self, r: RequestEvent) -> None:
         """The live pipeline's steps for one request, in the order the agents run them."""
         cfg, u = self.config, r.user_id
+        self._expire_dead_states(r.event_time_ms)
         ledger = self.ledgers.setdefault(u, LedgerState())
         batch = speculate(r, ledger.pairs, self.history.entries(u), self.stages)
         if self.reps is not None:
@@ -186,6 +193,25 @@ class Simulator:
             self.store.write_aggregates([aggregate], cfg.aggregate_store_ttl_ms)
             if self.neighbours is not None:
                 self.neighbours.saw_aggregate(u, aggregate.event_time_ms)
+
+    def _expire_dead_states(self, t: int) -> None:
+        """Delete the users whose ledger or aggregate state can change no output any more
+        (:mod:`streams.engine.steps.expiry`), once per grace of event time: what the live
+        workers' table sweep does, so memory follows the active users. Invisible in every
+        output (``tests/unit/test_table_expiry.py`` compares runs with and without it)."""
+        engine = self.config.engine
+        every = max(engine.table_expiry_grace_ms, SWEEP_EVERY_MIN_MS)
+        if t - self._swept_at < every:
+            return
+        self._swept_at = t
+        tables: dict[str, dict[int, LedgerState] | dict[int, AggregateState]] = {
+            "ledger": self.ledgers,
+            "aggregates": self.agg_states,
+        }
+        for name, states in tables.items():
+            for user in dead_states(name, states.items(), t, engine):
+                del states[user]
+                self.expired[name] += 1
 
     def _agg_state(self, user: int) -> AggregateState:
         return self.agg_states.setdefault(user, AggregateState())

@@ -22,7 +22,13 @@ import pytest
 
 from schemas.codec import Codec
 from schemas.limits import Limits
-from schemas.records import DeadLetter, ImpressionEvent, ProposalBatch, RequestEvent
+from schemas.records import (
+    DeadLetter,
+    EmbeddingBatch,
+    ImpressionEvent,
+    ProposalBatch,
+    RequestEvent,
+)
 from streams.kafka_clients import make_producer
 from streams.settings import Settings
 from tests.integration.live_harness import (
@@ -38,6 +44,8 @@ from tests.integration.live_harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_704_067_200_000
+#: the table sweep's interval in this run: several sweeps per lockstep second
+SWEEP_INTERVAL_S = 0.2
 
 
 def bad_messages() -> dict[str, list[tuple[bytes, str]]]:
@@ -81,7 +89,14 @@ def live_run(
     base = Settings()
     require_kafka_and_redis(base)
     settings = live_settings(
-        base, uuid.uuid4().hex[:10], bundle, read_deadline_ms=PARITY_READ_DEADLINE_MS
+        base,
+        uuid.uuid4().hex[:10],
+        bundle,
+        read_deadline_ms=PARITY_READ_DEADLINE_MS,
+        # dead users are deleted from the tables all through the run (issue 24 item 5): every
+        # value comparison below then also checks that deleting them changed nothing
+        table_sweep_interval_s=SWEEP_INTERVAL_S,
+        table_expiry_grace_ms=0,
     )
     log_dir = tmp_path_factory.mktemp("live")
     sent = bad_messages()
@@ -119,6 +134,10 @@ def live_run(
         t: read_topic_with_partitions(settings, settings.topic(t))
         for t in ("requests", "impressions", "speculated", "verified", "embeddings")
     }
+    changelogs = {
+        t: read_topic_with_partitions(settings, f"{settings.topic_prefix}-pipeline-{t}-changelog")
+        for t in ("ledger", "aggregates")
+    }
     from streams.live.quality import join, live_quality, read_impressions, read_scores
     from streams.models_loader import load_models
 
@@ -129,6 +148,7 @@ def live_run(
         ),
         "values": live_values(settings),
         "partitions": partitions,
+        "changelogs": changelogs,
         "settings": settings,
         "summary": live_summary(settings),
         "dead": dead,
@@ -207,6 +227,45 @@ def test_every_user_key_sits_on_one_partition_number_in_every_topic(
     assert all(p == partition_for(k, n) for k, v in where.items() for _, p in v)
     topics_per_key = {len({t for t, _ in v}) for k, v in where.items() if k in users}
     assert max(topics_per_key) == 5  # users seen in requests, impressions and the pipeline's own
+
+
+def test_dead_users_are_deleted_from_the_tables(live_run: dict[str, Any]) -> None:
+    """The sweep deleted users from both tables (tombstones in their changelogs), each deleted
+    value was dead by the engine's rule, and users came back after their deletion; that the
+    deletions changed nothing is what the value comparisons of this run check."""
+    import json
+
+    from streams.engine.config import EngineConfig
+    from streams.engine.steps.expiry import NEWEST, is_dead, lifetimes
+
+    settings = live_run["settings"]
+    cfg = EngineConfig.from_settings(settings)
+    codec = Codec()
+    source = {"ledger": ("speculated", ProposalBatch), "aggregates": ("embeddings", EmbeddingBatch)}
+    for table, msgs in live_run["changelogs"].items():
+        topic, record = source[table]
+        clock: dict[int, int] = {}  # the writing agent's newest event time per partition
+        for part, _, value in live_run["partitions"][topic]:
+            try:
+                t = codec.decode(value, record).event_time_ms
+            except Exception:  # the malformed messages this run sends on purpose
+                continue
+            clock[part] = max(clock.get(part, 0), t)
+        last: dict[bytes, Any] = {}
+        deleted, returned = 0, 0
+        for part, key, value in msgs:
+            if value is None:
+                before = last.get(key)
+                assert before is not None, f"{table}: a tombstone for a key never written"
+                newest = NEWEST[table](json.loads(before))
+                assert is_dead(newest, clock[part], lifetimes(cfg)[table], 0), (table, key)
+                deleted += 1
+            elif last.get(key, b"") is None:
+                returned += 1
+            last[key] = value
+        assert deleted > 0, f"no user deleted from {table}"
+        if table == "ledger":
+            assert returned > 0, "no user came back after its ledger was deleted"
 
 
 def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> None:

@@ -28,6 +28,7 @@ from streams.live.retry import write_with_retry
 def register(ctx: AgentContext) -> None:
     table, parts, settings = ctx.tables["aggregates"], ctx.parts, ctx.settings
     aggregator = parts.stages.aggregator
+    clocks = parts.table_clocks
 
     async def aggregate_batch(events: list[Any]) -> None:
         admitted: list[tuple[Any, EmbeddingBatch]] = []
@@ -35,6 +36,7 @@ def register(ctx: AgentContext) -> None:
             rec = await ctx.admitted(event, EmbeddingBatch)
             if rec is not None:
                 admitted.append((event, rec))
+                clocks.saw("aggregates", event.message.partition, rec.event_time_ms)
         result = aggregate_step(
             [rec.pairs() for _, rec in admitted],
             lambda user: AGGREGATES.load(table.get(user)),

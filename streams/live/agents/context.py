@@ -26,7 +26,15 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PROCESSING_ERROR = "processing_error"
-__all__ = ["INFRA_ERRORS", "AgentContext", "Pending", "as_current", "origin", "user_key"]
+__all__ = [
+    "INFRA_ERRORS",
+    "AgentContext",
+    "Pending",
+    "as_current",
+    "origin",
+    "own_deliveries",
+    "user_key",
+]
 
 
 @dataclass
@@ -67,6 +75,18 @@ def as_current(event: Any) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+@contextlib.contextmanager
+def own_deliveries() -> Iterator[Pending]:
+    """Give the current task (a timer's, not an agent's) its own pending deliveries, so
+    :meth:`AgentContext.settle` awaits what this task sent and no agent's."""
+    pending = Pending()
+    token = _PENDING.set(pending)
+    try:
+        yield pending
+    finally:
+        _PENDING.reset(token)
 
 
 class Processing:

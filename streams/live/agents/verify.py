@@ -73,6 +73,7 @@ class VerifyAgent:
             b = await self.ctx.admitted(event, ProposalBatch)
             if b is None:
                 continue
+            self.ctx.parts.table_clocks.saw("ledger", event.message.partition, b.event_time_ms)
             async with self.ctx.processing(event):  # state read in the event's partition
                 if b.user_id not in state:
                     led = ledger_from_table(self.ledger.get(b.user_id))
