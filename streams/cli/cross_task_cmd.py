@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from streams.cli.train_cmd import DataDirOpt, SeedsOpt
+from streams.logs import fail
 from streams.settings import Settings
 
 console = Console()
@@ -68,7 +69,7 @@ def cross_task(
                 served = served_source(traffic, settings)
             report = run_cross_task(pair, dataset, cfg, lambda msg: console.log(msg), served)
     except DataError as exc:  # ConfigError is a DataError: an unknown task, a missing folder
-        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        fail(f"{type(exc).__name__}: {exc}", console=console)
         raise typer.Exit(1) from exc
     console.print(markdown(report), markup=False, highlight=False, soft_wrap=True)
     for line in summary_lines(report):

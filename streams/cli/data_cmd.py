@@ -24,6 +24,7 @@ from streams.cli.log_opts import (
     TimeUnitOpt,
     log_spec_or_exit,
 )
+from streams.logs import fail
 from streams.settings import Settings
 
 if TYPE_CHECKING:  # annotations only: numpy loads lazily, inside the commands
@@ -150,7 +151,7 @@ def _synthetic_sizes(dataset: DatasetChoice, **given: int | float | None) -> dic
     names = {"users": "n_users", "items": "n_items", "days": "days", "shown": "shown"}
     sizes = {names[k]: v for k, v in given.items() if v is not None}
     if sizes and dataset is not DatasetChoice.synthetic:
-        console.print("[red]--users/--items/--days/--shown apply to --dataset synthetic only[/red]")
+        fail("--users/--items/--days/--shown apply to --dataset synthetic only", console=console)
         raise typer.Exit(2)
     return sizes
 
@@ -189,10 +190,10 @@ def _build_and_write(
                 progress=lambda n: progress.advance(task, n),
             )
     except DatasetNotFound as exc:
-        console.print(f"[red]{exc}[/red]")
+        fail(str(exc), console=console)
         raise typer.Exit(2) from exc
     except DataError as exc:
-        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        fail(f"{type(exc).__name__}: {exc}", console=console)
         raise typer.Exit(1) from exc
     return requests, impressions, meta, built, summary
 
@@ -265,7 +266,7 @@ def summary(
     try:
         loaded = load_traffic(path)
     except DataError as exc:
-        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        fail(f"{type(exc).__name__}: {exc}", console=console)
         raise typer.Exit(1) from exc
     table = Table("traffic", str(path), title=str(loaded.metadata.get("dataset", "?")))
     for name, value in stats_rows(traffic_stats(loaded.requests, loaded.impressions)):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.errors import KafkaUnavailable
+from streams.logs import announce, fail
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,10 +35,15 @@ def _read(from_start: bool = True) -> tuple[Settings, list[Found]]:
     try:
         found, bad = read_dead_letters(settings, from_start)
     except KafkaUnavailable as exc:
-        console.print(f"[red]{exc}[/red]")
+        fail(str(exc), console=console)
         raise typer.Exit(1) from exc
     if bad:
-        console.print(f"[yellow]{bad} messages of the dead-letter topic do not decode[/yellow]")
+        announce(
+            f"{bad} messages of the dead-letter topic do not decode",
+            level=logging.WARNING,
+            console=console,
+            undecodable=bad,
+        )
     return settings, found
 
 
@@ -115,7 +122,7 @@ def replay(
         try:
             summary["sent"] = send_back(settings, send)
         except KafkaUnavailable as exc:
-            console.print(f"[red]{exc}[/red]")
+            fail(str(exc), console=console)
             raise typer.Exit(1) from exc
         mark_replayed(settings, found)
     else:

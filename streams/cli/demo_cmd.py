@@ -19,6 +19,7 @@ from streams.cli.log_opts import (
     log_spec_or_exit,
 )
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
+from streams.logs import fail
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def _start_infra(settings: Settings) -> list[str]:
             continue
         console.log(f"starting {service}")
         if infra.run_script(service, "start", settings, capture=True).returncode != 0:
-            console.print(f"[red]{service} failed to start (see `solaris infra status`)[/red]")
+            fail(f"{service} failed to start (see `solaris infra status`)", console=console)
             _stop_infra(settings, started)
             raise typer.Exit(1)
         started.append(service)

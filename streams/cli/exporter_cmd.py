@@ -6,11 +6,9 @@ import signal
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from streams.logs import announce
 from streams.settings import Settings
-
-console = Console()
 
 
 def exporter(
@@ -39,9 +37,11 @@ def exporter(
     exporter.start(port)
     signal.signal(signal.SIGTERM, lambda *_: exporter.request_stop())
     signal.signal(signal.SIGINT, lambda *_: exporter.request_stop())
-    console.print(
-        f"lag exporter: http://{settings.bind_host}:{port or settings.exporter_port}/metrics, "
-        f"every {exporter.interval_s:g} s"
+    url = f"http://{settings.bind_host}:{port or settings.exporter_port}/metrics"
+    announce(
+        f"lag exporter: {url}, every {exporter.interval_s:g} s",
+        url=url,
+        interval_s=exporter.interval_s,
     )
     try:
         exporter.wait()

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams import infra
+from streams.logs import fail
 from streams.settings import Settings
 
 app = typer.Typer(help="Start, stop and check the local Kafka broker and Redis (127.0.0.1).")
@@ -27,7 +28,7 @@ def up(service: str | None = typer.Argument(None, help="kafka or redis; default 
     settings = Settings()
     for name in _services(service):
         if infra.run_script(name, "start", settings).returncode != 0:
-            console.print(f"[red]{name} failed to start[/red]")
+            fail(f"{name} failed to start", console=console)
             raise typer.Exit(1)
 
 
@@ -37,7 +38,7 @@ def down(service: str | None = typer.Argument(None, help="kafka or redis; defaul
     settings = Settings()
     failed = [n for n in _services(service) if infra.run_script(n, "stop", settings).returncode]
     if failed:
-        console.print(f"[red]failed to stop: {', '.join(failed)}[/red]")
+        fail(f"failed to stop: {', '.join(failed)}", console=console)
         raise typer.Exit(1)
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from streams.logs import announce, fail, json_logging
 from streams.settings import Settings
 
 console = Console()
@@ -49,7 +50,7 @@ def worker(
     settings = Settings()
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
     if "embed" in roles and len(roles) > 1 and roles != set(ROLES):
-        console.print("[red]run 'embed' alone (its own group) or with every role ('all')[/red]")
+        fail("run 'embed' alone (its own group) or with every role ('all')", console=console)
         raise typer.Exit(2)
     create_topics(settings)
     _refuse_unless_copartitioned(settings)  # fail fast, before loading models
@@ -66,18 +67,32 @@ def worker(
     metrics.set_model_info(
         "fm" if roles == {"embed"} else "pipeline", version, version_tag(version)
     )
-    console.print(f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}")
+    announce(
+        f"worker {app.conf.id}: roles {sorted(roles)}, bundle {path.name}",
+        console=console,
+        app_id=app.conf.id,
+        roles=sorted(roles),
+        bundle=str(path),
+    )
     worker_class = _faust_worker_class()
     worker_class(app, loglevel=settings.log_level.lower()).execute_from_commandline()
 
 
 def _faust_worker_class() -> type:
-    """Faust's worker, with SOLARIS's log format put back once Faust has set up its own."""
+    """Faust's worker, with SOLARIS's log format put back once Faust has set up its own (and,
+    with JSON logs, quiet: every line it writes is then a log record)."""
     import faust
 
     from streams.logs import reapply_logging
 
     class Worker(faust.Worker):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # JSON logs: none of Faust's own console text (" OK ^", the spinner's escapes)
+            quiet = json_logging()
+            super().__init__(*args, quiet=quiet, **kwargs)
+            if quiet:
+                self.spinner = None
+
         def on_setup_root_logger(self, logger: Any, level: int) -> None:
             super().on_setup_root_logger(logger, level)
             reapply_logging()
@@ -93,7 +108,7 @@ def _refuse_unless_copartitioned(settings: Settings, extra: tuple[str, ...] = ()
     try:
         check_copartitioned(settings, extra)
     except TopicLayoutError as exc:
-        console.print(f"[red]{exc}[/red]")
+        fail(str(exc), console=console)
         raise typer.Exit(2) from exc
 
 
@@ -148,14 +163,21 @@ def ranker(
         from streams.live.health import HealthServer
 
         health = HealthServer(settings.bind_host, health_port, service.readiness).start()
-    console.print(f"ranker: group {options.group_id}")
+    announce(f"ranker: group {options.group_id}", console=console, group=options.group_id)
     try:
         service.run()
     finally:
         if health is not None:
             health.stop()
-    console.print(
-        f"ranker: {service.requests} requests ranked, coverage {service.coverage.cumulative()}"
+    _announce_ranked(service.requests, service.coverage.cumulative())
+
+
+def _announce_ranked(requests: int, coverage: dict[str, float]) -> None:
+    announce(
+        f"ranker: {requests} requests ranked, coverage {coverage}",
+        console=console,
+        requests=requests,
+        coverage=coverage,
     )
 
 
@@ -180,7 +202,7 @@ def _replay_range(
     from streams.replay import replay_topic_range
 
     if not (start and end and to_topic):
-        console.print("[red]--from-topic needs --start, --end and --to-topic[/red]")
+        fail("--from-topic needs --start, --end and --to-topic", console=console)
         raise typer.Exit(2)
     task = progress.add_task(f"re-playing {from_topic}", total=None)
     return replay_topic_range(
@@ -243,17 +265,22 @@ def replay(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+    with Progress(*columns, console=console, disable=json_logging()) as progress:
         if from_topic is not None:
             stats = _replay_range(settings, progress, from_topic, start, end, to_topic)
         elif file is not None:
             stats = _replay_file(settings, progress, file, speed, lockstep)
         else:
-            console.print("[red]give a traffic FILE or --from-topic[/red]")
+            fail("give a traffic FILE or --from-topic", console=console)
             raise typer.Exit(2)
-    console.print(
+    announce(
         f"replayed {stats.messages} messages ({stats.requests} requests, {stats.impressions} "
-        f"impressions) in {stats.seconds:.1f} s: {stats.rate:,.0f} msg/s"
+        f"impressions) in {stats.seconds:.1f} s: {stats.rate:,.0f} msg/s",
+        console=console,
+        messages=stats.messages,
+        requests=stats.requests,
+        impressions=stats.impressions,
+        seconds=round(stats.seconds, 3),
     )
 
 
@@ -307,7 +334,7 @@ def lag(
         console.print(f"max lag {worst}")
     if max_lag is not None and worst > max_lag:
         if not as_json:
-            console.print(f"[red]lag {worst} exceeds --max-lag {max_lag}[/red]")
+            fail(f"lag {worst} exceeds --max-lag {max_lag}", console=console)
         raise typer.Exit(1)
 
 

@@ -1,8 +1,8 @@
 """The ``--dataset log`` options, shared by ``data traffic``, ``train``, ``evaluate``,
 ``simulate`` and ``demo``, so every command reads a user's log the same way.
 
-Imports only :mod:`models.data.log_spec` (standard library + our errors), so ``solaris --help``
-stays fast.
+Imports only :mod:`models.data.log_spec` (standard library + our errors) and :mod:`streams.logs`
+(structlog lazily), so ``solaris --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.console import Console
 
 from models.data.errors import ConfigError
 from models.data.log_spec import LogLayout, LogSpec, TimeUnit, parse_columns
+from streams.logs import fail
 
 ColumnsOpt = Annotated[
     str | None,
@@ -60,14 +61,14 @@ def log_spec_or_exit(
     )
     if dataset != "log":
         if given:
-            console.print(
-                "[red]--columns/--time-unit/--label-threshold/--log-format apply to "
-                "--dataset log only[/red]"
+            fail(
+                "--columns/--time-unit/--label-threshold/--log-format apply to --dataset log only",
+                console=console,
             )
             raise typer.Exit(2)
         return None
     try:
         return LogSpec(parse_columns(columns), time_unit, label_threshold, log_format)
     except ConfigError as exc:
-        console.print(f"[red]{exc}[/red]")
+        fail(str(exc), console=console)
         raise typer.Exit(2) from exc

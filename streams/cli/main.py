@@ -65,8 +65,11 @@ def _main(
     ),
 ) -> None:
     """Configure structured logging once for every sub-command."""
-    from streams.logs import configure_logging
+    from streams.logs import configure_logging, log_uncaught_exceptions
     from streams.settings import Settings
 
     settings = Settings()
-    configure_logging(settings.log_level, json=log_json or settings.log_json)
+    json_logs = log_json or settings.log_json
+    configure_logging(settings.log_level, json=json_logs)
+    if json_logs:  # after typer set its own hook (in app()), so an uncaught error is JSON too
+        log_uncaught_exceptions()

@@ -14,6 +14,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from streams.logs import announce, fail
+
 console = Console()
 app = typer.Typer(
     help="Check models against SOLARIS's contracts; pack and fetch bundles.", no_args_is_help=True
@@ -67,7 +69,7 @@ def pack(
     try:
         digest = pack_bundle(bundle_dir, out)
     except BundleFetchError as exc:
-        console.print(f"[red]{exc}[/red]", highlight=False, soft_wrap=True)
+        fail(str(exc), console=console)
         raise typer.Exit(1) from exc
     typer.echo(f"{digest}  {out}")
 
@@ -102,16 +104,22 @@ def fetch(
         missing = [
             n for n, v in (("SOLARIS_BUNDLE_URL", url), ("SOLARIS_BUNDLE_SHA256", sha256)) if not v
         ]
-        console.print(
-            f"[red]{' and '.join(missing)} not set (or pass --url/--sha256): `solaris models "
-            "pack` writes the archive and prints its sha256[/red]",
-            highlight=False,
-            soft_wrap=True,
+        fail(
+            f"{' and '.join(missing)} not set (or pass --url/--sha256): `solaris models "
+            "pack` writes the archive and prints its sha256",
+            console=console,
+            missing=missing,
         )
         raise typer.Exit(2)
     try:
         got = fetch_bundle(url, sha256, target, attempts=attempts)
     except BundleFetchError as exc:
-        console.print(f"[red]{exc}[/red]", highlight=False, soft_wrap=True)
+        fail(str(exc), console=console)
         raise typer.Exit(1) from exc
-    typer.echo(f"fetched {got.bundle} ({got.size} bytes, sha256 {got.sha256})")
+    announce(
+        f"fetched {got.bundle} ({got.size} bytes, sha256 {got.sha256})",
+        console=console,
+        bundle=str(got.bundle),
+        size=got.size,
+        sha256=got.sha256,
+    )

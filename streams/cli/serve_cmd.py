@@ -6,11 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from streams.settings import Settings
-
-console = Console()
 
 
 def serve(
@@ -43,9 +40,7 @@ def serve(
 
         models, _ = load_models(settings, bundle)
         model = ServedModel(models.fm.dim, models.fm.model_version, models.state)
-    serve_forever(
-        settings, host or settings.bind_host, port or settings.serve_port, console.print, model
-    )
+    serve_forever(settings, host or settings.bind_host, port or settings.serve_port, model=model)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.errors import KafkaUnavailable
+from streams.logs import fail
 from streams.settings import Settings
 
 app = typer.Typer(help="Create and list SOLARIS topics.")
@@ -22,7 +23,7 @@ def create() -> None:
     try:
         results = create_topics(settings)
     except KafkaUnavailable as exc:
-        console.print(f"[red]{exc}[/red]")
+        fail(str(exc), console=console)
         raise typer.Exit(1) from exc
     table = Table("topic", "partitions", "action")
     for res in results:
@@ -41,7 +42,7 @@ def list_topics(
     try:
         meta = admin_client(settings).list_topics(timeout=10)
     except Exception as exc:
-        console.print(f"[red]cannot reach {settings.kafka_bootstrap}: {exc}[/red]")
+        fail(f"cannot reach {settings.kafka_bootstrap}: {exc}", console=console)
         raise typer.Exit(1) from exc
     names = sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + "."))
     counts = {name: len(meta.topics[name].partitions) for name in names}

@@ -29,6 +29,7 @@ from streams.cli.log_opts import (
     TimeUnitOpt,
     log_spec_or_exit,
 )
+from streams.logs import fail
 from streams.settings import Settings
 
 console = Console()
@@ -108,7 +109,7 @@ def _resolve_traffic(
     if traffic is not None:
         return traffic
     if dataset is None:
-        console.print("[red]give --dataset or --traffic[/red]")
+        fail("give --dataset or --traffic", console=console)
         raise typer.Exit(2)
     from models.data.errors import DataError
 
@@ -116,7 +117,7 @@ def _resolve_traffic(
         with console.status(f"building {dataset.value} traffic"):
             return _make_traffic(dataset, data_dir, settings, log_spec)
     except DataError as exc:  # a missing folder, an unreadable log: one line, not a traceback
-        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        fail(f"{type(exc).__name__}: {exc}", console=console)
         raise typer.Exit(1) from exc
 
 
@@ -159,7 +160,7 @@ def _train(
                 path, cfg, model_dir or settings.model_dir, report, served_source(path, settings)
             )
     except (DataError, ModelError, ValueError) as exc:
-        console.print(f"[red]{type(exc).__name__}: {exc}[/red]")
+        fail(f"{type(exc).__name__}: {exc}", console=console)
         raise typer.Exit(1) from exc
     evaluation = json.loads((bundle / "evaluation.json").read_text())
     return bundle, evaluation, time.perf_counter() - started

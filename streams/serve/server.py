@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from store.reader import FeatureReader, StateDecoder
 from store.tiers import TIER_NAMES
 from store.urls import redact_url
+from streams.logs import announce
 from streams.serve.metrics import ServeMetrics
 from streams.serve.openapi import FEATURES_PATH, openapi_document
 from streams.serve.protocol import (
@@ -176,13 +177,14 @@ def serve_forever(
     settings: Settings,
     host: str,
     port: int,
-    echo: Callable[[str], None] = print,
+    echo: Callable[..., None] = announce,
     model: ServedModel | None = None,
 ) -> None:
     """Open the store (one per worker thread, one for ``/healthz``), warm every reader, then
     serve until SIGINT/SIGTERM; closes everything on the way out. A ``model`` with a decoder
     also serves the state tier (one decoder shared by the threads: its runner keeps no state
-    and onnxruntime sessions run concurrently)."""
+    and onnxruntime sessions run concurrently). The banner goes to ``echo(message, **fields)``
+    (default :func:`streams.logs.announce`: a JSON record when logs are JSON)."""
     from streams.engine.config import reader_config
     from streams.stores import store_from_settings
 
@@ -199,11 +201,20 @@ def serve_forever(
         options = ServeOptions(dim, settings.max_candidates, version)
         app = build_app(pool, health_store.ping, options, ServeMetrics())
         where = redact_url(settings.store_url) if settings.store_backend != "aerospike" else ""
+        url = f"http://{host}:{port}{FEATURES_PATH}"
         echo(
-            f"feature server: http://{host}:{port}{FEATURES_PATH} ({settings.store_backend} "
+            f"feature server: {url} ({settings.store_backend} "
             f"{where}, {settings.serve_threads} readers, deadline {rcfg.deadline_ms:g} ms, "
             f"dim {options.dim}, model version {version or 'any'}, "
-            f"state tier {'on' if states is not None else 'off'})"
+            f"state tier {'on' if states is not None else 'off'})",
+            url=url,
+            store_backend=settings.store_backend,
+            store=where,
+            readers=settings.serve_threads,
+            deadline_ms=rcfg.deadline_ms,
+            dim=options.dim,
+            model_version=version,
+            state_tier=states is not None,
         )
         web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=2.0)
     finally:
