@@ -2,7 +2,7 @@
 
 A bundle is a directory::
 
-    fm.onnx            FM (embedding + logit), see models.export
+    fm.onnx            FM (embedding + logit), see models.export; contract: models.fm_contract
     vm.onnx            baseline VM = the verifier
     vm_solaris.onnx    the ranker's VM (embedding + tier), trained at the serving lag
     vocab.npz          fm_items, vm_users, vm_items: sorted raw ids (int64), no pickle
@@ -34,6 +34,7 @@ import numpy as np
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.errors import BundleError
 from models.features import Vocab
+from models.fm_contract import check_fm
 from models.runtime import FMRunner, OnnxSession, SolarisRunner, StateRunner, VMRunner
 from models.served import ServedTierSource
 
@@ -89,7 +90,10 @@ class ModelBundle:
 def load_bundle(
     path: Path | str, threads: int = 1, providers: Sequence[str] | None = None
 ) -> ModelBundle:
-    """Open a bundle directory: three onnxruntime sessions (warmed up) and the vocabularies."""
+    """Open a bundle directory: three onnxruntime sessions (warmed up) and the vocabularies.
+
+    ``fm.onnx`` is first checked against the FM contract (``models.fm_contract.check_fm``);
+    a file that breaks it raises :class:`BundleError` listing each problem."""
     root = Path(path)
     missing = [f for f in FILES if not (root / f).is_file()]
     if missing:
@@ -104,6 +108,14 @@ def load_bundle(
             )
     except (OSError, ValueError, KeyError) as exc:
         raise BundleError(f"bad vocabulary file in {root}: {exc}") from exc
+    # an FM brought from outside the trainer: refused here with the contract's reasons, not
+    # at the first batch with onnxruntime's (one extra CPU load of fm.onnx and a batch of 3)
+    fm_check = check_fm(root / "fm.onnx", dim=meta.dim, history_len=meta.history_len)
+    if not fm_check.ok:
+        raise BundleError(
+            f"{root / 'fm.onnx'} does not meet the FM contract (`solaris models check` it, "
+            f"docs/bring-your-own-fm.md): {'; '.join(fm_check.problems)}"
+        )
 
     def session(name: str) -> OnnxSession:
         s = OnnxSession(root / name, threads=threads, providers=providers)

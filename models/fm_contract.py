@@ -23,6 +23,9 @@ where it has them. B may be dynamic; L and d may be dynamic in the graph (the me
 fixes them). Outputs must be finite for the dummy batch :func:`check_fm` runs.
 
 :func:`check_fm` needs onnxruntime only (the serving install), not torch or onnx.
+``models.bundle.load_bundle`` runs it on a bundle's ``fm.onnx`` with the bundle's ``meta.json``
+``dim`` and ``history_len`` (which then stand in for metadata the graph lacks), so a bundle whose
+FM breaks the contract fails at start with these reasons. User guide: docs/bring-your-own-fm.md.
 """
 
 from __future__ import annotations
@@ -139,8 +142,24 @@ def _dummy_run(session: object, report: FMCheck, batch: int = 3) -> None:
         report.problems.append("the dummy batch gave non-finite outputs")
 
 
-def check_fm(path: Path | str) -> FMCheck:
-    """Validate an ONNX file against the FM contract above; never raises for a bad model."""
+def _expect(report: FMCheck, key: str, found: int | None, want: int | None) -> int | None:
+    """The metadata value, or the bundle's when the graph has none; a disagreement is a
+    problem."""
+    if want is None or found is None:
+        return found if want is None else want
+    if found != want:
+        report.problems.append(f"metadata {key}={found}, the bundle's meta.json says {want}")
+    return found
+
+
+def check_fm(
+    path: Path | str, *, dim: int | None = None, history_len: int | None = None
+) -> FMCheck:
+    """Validate an ONNX file against the FM contract above; never raises for a bad model.
+
+    ``dim`` / ``history_len``: what the bundle serving the file says (``meta.json``). Given,
+    the graph's metadata may leave that key out, and must agree with it where it has it.
+    """
     import onnxruntime as ort
 
     report = FMCheck(Path(path))
@@ -162,14 +181,17 @@ def check_fm(path: Path | str) -> FMCheck:
     if extra:
         report.problems.append(f"inputs {extra} are not in the contract (SOLARIS feeds none)")
     meta = dict(session.get_modelmeta().custom_metadata_map)
-    missing = [key for key in FM_METADATA if key not in meta]
+    given = {"dim": dim, "history_len": history_len}
+    missing = [key for key in FM_METADATA if key not in meta and given.get(key) is None]
     if missing:
         report.problems.append(f"metadata {missing} missing (need {list(FM_METADATA)})")
     report.model_version = meta.get("model_version") or None
     if "model_version" in meta and not report.model_version:
         report.problems.append("metadata model_version is empty")
-    report.dim = _int_metadata(meta, "dim", report)
-    report.history_len = _int_metadata(meta, "history_len", report)
+    report.dim = _expect(report, "dim", _int_metadata(meta, "dim", report), dim)
+    report.history_len = _expect(
+        report, "history_len", _int_metadata(meta, "history_len", report), history_len
+    )
     _check_dims(report, inputs, outputs)
     if report.ok:  # only a graph with the right signature is worth running
         _dummy_run(session, report)
