@@ -101,6 +101,15 @@ class UserRepresentations:
     def has(self, user_id: int) -> bool:
         return user_id in self._vec
 
+    def seen_at(self, user_id: int) -> int | None:
+        """Event time of the user's last observed request (None: not held)."""
+        return self._seen_at.get(user_id)
+
+    def forget(self, user_id: int) -> None:
+        """Drop one user's representation (a no-op for a user not held)."""
+        self._vec.pop(user_id, None)
+        self._seen_at.pop(user_id, None)
+
     def active_since(self, since_ms: int) -> list[int]:
         return [u for u, t in self._seen_at.items() if t >= since_ms]
 

@@ -1,11 +1,11 @@
-"""The live table sweep: delete the users whose ledger or aggregate value is dead.
+"""The live table sweep: delete the users whose ledger, aggregate or representation is dead.
 
 Which values are dead is the engine's rule (:mod:`streams.engine.steps.expiry`, the simulator
 applies the same one); this module is the Faust side:
 
 - **Per-partition clocks.** A value is judged against the newest event time its writing agent
   has processed *on the value's partition* (``verify`` for the ledger, ``aggregate`` for
-  aggregates), never a worker-wide clock: after a restart one partition may be processed hours
+  aggregates, ``speculate`` for representations), never a worker-wide clock: after a restart one partition may be processed hours
   ahead of another, and a user of the lagging one is not idle just because another partition's
   events are newer. A partition whose clock this process has not seen is not swept.
 - **Atomic on the event loop.** Each candidate is re-read and judged right before its delete,
@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 CHUNK = 500
 #: the agent role that writes each swept table (its worker owns the table's partitions) and
 #: the topic that agent reads (the table's source: co-partitioned with its changelog)
-WRITER_ROLE = {"ledger": "verify", "aggregates": "aggregate"}
-SOURCE_TOPIC = {"ledger": "speculated", "aggregates": "embeddings"}
+WRITER_ROLE = {"ledger": "verify", "aggregates": "aggregate", "reps": "speculate"}
+SOURCE_TOPIC = {"ledger": "speculated", "aggregates": "embeddings", "reps": "requests"}
 
 
 class _PartitionEvent:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class Simulator:
         self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}
         #: event time of the last table-expiry sweep; users deleted by it, per table
         self._swept_at = 0
-        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0}
+        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0, "reps": 0}
 
     def run(
         self,
@@ -163,7 +164,9 @@ class Simulator:
         ledger = self.ledgers.setdefault(u, LedgerState())
         batch = speculate(r, ledger.pairs, self.history.entries(u), self.stages)
         if self.reps is not None:
-            saved = observe_representation(self.reps, r, self.saved_reps.get(u))
+            saved = observe_representation(
+                self.reps, r, self.saved_reps.get(u), cfg.reader.neighbour_aggregate_ttl_ms
+            )
             if saved is not None:
                 self.saved_reps[u] = saved
         if batch is None:
@@ -195,8 +198,8 @@ class Simulator:
                 self.neighbours.saw_aggregate(u, aggregate.event_time_ms)
 
     def _expire_dead_states(self, t: int) -> None:
-        """Delete the users whose ledger or aggregate state can change no output any more
-        (:mod:`streams.engine.steps.expiry`), once per grace of event time: what the live
+        """Delete the users whose ledger, aggregate or saved representation can change no output
+        any more (:mod:`streams.engine.steps.expiry`), once per grace of event time: what the live
         workers' table sweep does, so memory follows the active users. Invisible in every
         output (``tests/unit/test_table_expiry.py`` compares runs with and without it)."""
         engine = self.config.engine
@@ -204,9 +207,10 @@ class Simulator:
         if t - self._swept_at < every:
             return
         self._swept_at = t
-        tables: dict[str, dict[int, LedgerState] | dict[int, AggregateState]] = {
+        tables: dict[str, Any] = {
             "ledger": self.ledgers,
             "aggregates": self.agg_states,
+            "reps": self.saved_reps,
         }
         for name, states in tables.items():
             for user in dead_states(name, states.items(), t, engine):

@@ -97,6 +97,8 @@ def live_run(
         # value comparison below then also checks that deleting them changed nothing
         table_sweep_interval_s=SWEEP_INTERVAL_S,
         table_expiry_grace_ms=0,
+        # a 6 h neighbour horizon (default 7 days): representations go dead in 2 days of traffic
+        neighbour_aggregate_ttl_ms=6 * 3_600_000,
     )
     log_dir = tmp_path_factory.mktemp("live")
     sent = bad_messages()
@@ -136,7 +138,7 @@ def live_run(
     }
     changelogs = {
         t: read_topic_with_partitions(settings, f"{settings.topic_prefix}-pipeline-{t}-changelog")
-        for t in ("ledger", "aggregates")
+        for t in ("ledger", "aggregates", "reps")
     }
     from streams.live.quality import join, live_quality, read_impressions, read_scores
     from streams.models_loader import load_models
@@ -241,7 +243,11 @@ def test_dead_users_are_deleted_from_the_tables(live_run: dict[str, Any]) -> Non
     settings = live_run["settings"]
     cfg = EngineConfig.from_settings(settings)
     codec = Codec()
-    source = {"ledger": ("speculated", ProposalBatch), "aggregates": ("embeddings", EmbeddingBatch)}
+    source = {
+        "ledger": ("speculated", ProposalBatch),
+        "aggregates": ("embeddings", EmbeddingBatch),
+        "reps": ("requests", RequestEvent),
+    }
     for table, msgs in live_run["changelogs"].items():
         topic, record = source[table]
         clock: dict[int, int] = {}  # the writing agent's newest event time per partition
@@ -264,8 +270,8 @@ def test_dead_users_are_deleted_from_the_tables(live_run: dict[str, Any]) -> Non
                 returned += 1
             last[key] = value
         assert deleted > 0, f"no user deleted from {table}"
-        if table == "ledger":
-            assert returned > 0, "no user came back after its ledger was deleted"
+        if table in ("ledger", "reps"):
+            assert returned > 0, f"no user came back after its {table} value was deleted"
 
 
 def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> None:

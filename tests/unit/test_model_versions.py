@@ -40,6 +40,9 @@ from streams.simulate.config import SimConfig, sim_config_from_settings
 from streams.simulate.run import simulate
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
+#: the neighbour horizon the drivers pass (Settings.neighbour_aggregate_ttl_ms default)
+HORIZON = 7 * 24 * 3_600_000
+
 T0 = 1_700_000_000_000
 H = 3_600_000
 DIM = 4
@@ -314,24 +317,24 @@ def test_a_representation_saved_by_another_model_of_the_same_dim_is_not_restored
     items = FakeItems(DIM)
     old = UserRepresentations(items, version_tag=version_tag(A))
     r1 = RequestEvent("r1", 1, T0, "feed", (1, 2, 3))
-    saved = observe_representation(old, r1, None)
+    saved = observe_representation(old, r1, None, HORIZON)
     assert saved is not None and saved.version_tag == version_tag(A)
     assert SavedRep.from_json(saved.to_json()) == saved
 
     r2 = RequestEvent("r2", 1, T0 + 1, "feed", (4,))
     upgraded = UserRepresentations(items, version_tag=version_tag(B))
-    again = observe_representation(upgraded, r2, saved)
+    again = observe_representation(upgraded, r2, saved, HORIZON)
     assert upgraded.foreign == 1
     assert again is not None and again.version_tag == version_tag(B)
     np.testing.assert_allclose(upgraded.vector(1), upgraded.of_items([4]))  # afresh, r2 only
     # the same model restores it and folds r2 into it
     same = UserRepresentations(items, version_tag=version_tag(A))
-    observe_representation(same, r2, saved)
+    observe_representation(same, r2, saved, HORIZON)
     assert same.foreign == 0
     assert not np.allclose(same.vector(1), same.of_items([4]))
     # a value saved before values carried a tag ([vector, seen]) is refused too
     legacy = SavedRep.from_json([saved.vector, saved.seen_at_ms])
     assert legacy is not None and legacy.version_tag is None
     fresh = UserRepresentations(items, version_tag=version_tag(A))
-    observe_representation(fresh, r2, legacy)
+    observe_representation(fresh, r2, legacy, HORIZON)
     assert fresh.foreign == 1

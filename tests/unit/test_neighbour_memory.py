@@ -7,6 +7,9 @@ from streams.engine.neighbours import UserRepresentations, fresh_users
 from streams.engine.steps.speculate import SavedRep, observe_representation
 from tests.unit.test_neighbour_similarity import SharedDirectionItems
 
+#: the neighbour horizon the drivers pass (Settings.neighbour_aggregate_ttl_ms default)
+HORIZON = 7 * 24 * 3_600_000
+
 
 def test_memory_follows_the_active_users_not_every_user_ever_seen() -> None:
     """Refreshes forget aggregates and representations past the horizon."""
@@ -24,7 +27,7 @@ def test_a_saved_representation_of_another_dimension_starts_afresh() -> None:
     items = SharedDirectionItems()
     reps = UserRepresentations(items)
     old = SavedRep([0.5] * (items.dim + 3), 1_000)
-    new = observe_representation(reps, RequestEvent("r", 7, 2_000, "feed", (1, 2)), old)
+    new = observe_representation(reps, RequestEvent("r", 7, 2_000, "feed", (1, 2)), old, HORIZON)
     assert new is not None and len(new.vector) == items.dim and new.seen_at_ms == 2_000
     assert reps.vector(7).shape == (items.dim,)
     assert not reps.set(8, [0.1] * (items.dim - 1), 1_000) and not reps.has(8)

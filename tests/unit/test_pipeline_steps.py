@@ -17,6 +17,9 @@ from streams.engine.steps.verify import LedgerState, VerifyKnobs, rounds, verify
 from streams.engine.verifier import Verifier
 from tests.fakes import FakeItems, FakeVM
 
+#: the neighbour horizon the drivers pass (Settings.neighbour_aggregate_ttl_ms default)
+HORIZON = 7 * 24 * 3_600_000
+
 T0 = 1_700_000_000_000
 H = 3_600_000
 KNOBS = VerifyKnobs(refresh_after_ms=2 * H, pair_ttl_ms=4 * H, history_len=3)
@@ -130,12 +133,12 @@ def test_representation_is_restored_after_a_restart_and_not_folded_twice() -> No
     items = FakeItems(4)
     first = UserRepresentations(items)
     r1 = RequestEvent("r1", 1, T0, "feed", (1, 2, 3))
-    saved = observe_representation(first, r1, None)
+    saved = observe_representation(first, r1, None, HORIZON)
     assert saved is not None
     restarted = UserRepresentations(items)
-    assert observe_representation(restarted, r1, saved) is None  # redelivery: unchanged
+    assert observe_representation(restarted, r1, saved, HORIZON) is None  # redelivery: unchanged
     assert np.allclose(restarted.vector(1), first.vector(1))
     r2 = RequestEvent("r2", 1, T0 + 1, "feed", (4,))
-    again = observe_representation(restarted, r2, saved)
+    again = observe_representation(restarted, r2, saved, HORIZON)
     assert again is not None and again.seen_at_ms == T0 + 1
     assert SavedRep.from_json(again.to_json()) == again

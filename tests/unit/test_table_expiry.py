@@ -3,6 +3,7 @@ invisible in every output of the simulator (values, not counts)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,32 @@ def test_dead_users_are_judged_per_table() -> None:
     assert expiry.dead_users("ledger", [(1, young), (2, old), (3, None)], now, cfg) == [2]
 
 
+def test_a_representation_past_the_horizon_is_started_afresh_refresh_or_not() -> None:
+    """What a returning user's representation becomes depends on event times only: not on
+    whether a refresh forgot it in memory, nor on whether its saved value was deleted."""
+    from streams.engine.neighbours import UserRepresentations
+    from streams.engine.steps.speculate import observe_representation
+    from tests.unit.test_neighbour_similarity import SharedDirectionItems
+
+    horizon = 10_000
+    first = RequestEvent("r1", 7, 1_000, "feed", (1, 2, 3))
+    back = RequestEvent("r2", 7, 1_000 + horizon + 1, "feed", (4, 5))
+    kept = UserRepresentations(SharedDirectionItems())
+    saved = observe_representation(kept, first, None, horizon)
+    after_restart = UserRepresentations(SharedDirectionItems())  # memory empty, value saved
+    deleted = UserRepresentations(SharedDirectionItems())  # the saved value swept
+    a = observe_representation(kept, back, saved, horizon)
+    b = observe_representation(after_restart, back, saved, horizon)
+    c = observe_representation(deleted, back, None, horizon)
+    assert a is not None and b is not None and c is not None
+    assert a.vector == b.vector == c.vector
+    within = RequestEvent("r2", 7, 1_000 + horizon, "feed", (4, 5))
+    blended = observe_representation(
+        UserRepresentations(SharedDirectionItems()), within, saved, horizon
+    )
+    assert blended is not None and blended.vector != c.vector  # inside the horizon: blended
+
+
 # --- invisible in the simulator --------------------------------------------------------------
 
 
@@ -74,7 +101,10 @@ def events() -> list[RequestEvent | ImpressionEvent]:
 
 
 def _run(events: list[Any], grace_ms: int) -> Simulator:
-    engine = EngineConfig.defaults(DIM).with_changes(table_expiry_grace_ms=grace_ms)
+    engine = EngineConfig.defaults(DIM)
+    # a 1-day neighbour horizon: representations go dead within the 6 days too
+    reader = dataclasses.replace(engine.reader, neighbour_aggregate_ttl_ms=24 * HOUR)
+    engine = engine.with_changes(table_expiry_grace_ms=grace_ms, reader=reader)
     models = EngineModels(FakeFM(DIM), FakeVM(), FakeSolaris(), FakeItems(DIM))
     start = events[len(events) // 2].event_time_ms
     sim = Simulator(SimConfig(engine, test_start_ms=start), models)
@@ -99,10 +129,11 @@ def _outputs(sim: Simulator) -> dict[str, Any]:
 def test_deleting_dead_users_changes_no_output(events: list[Any]) -> None:
     swept = _run(events, grace_ms=HOUR)
     never = _run(events, grace_ms=10**15)  # nothing is ever dead
-    assert swept.expired["ledger"] > 20 and swept.expired["aggregates"] > 20
-    assert never.expired == {"ledger": 0, "aggregates": 0}
+    assert min(swept.expired.values()) > 20, swept.expired
+    assert never.expired == {"ledger": 0, "aggregates": 0, "reps": 0}
     assert len(swept.ledgers) < len(never.ledgers)  # memory follows the active users
     assert len(swept.agg_states) < len(never.agg_states)
+    assert len(swept.saved_reps) < len(never.saved_reps)
     assert _outputs(swept) == _outputs(never)
 
 
@@ -112,7 +143,9 @@ def test_the_comparison_catches_a_rule_that_deletes_live_state(
     """A lifetime shorter than the pair TTL deletes ledgers whose pairs are still fresh: pairs
     are embedded again and the runs differ, so the test above can fail."""
     never = _outputs(_run(events, grace_ms=10**15))
-    monkeypatch.setattr(expiry, "lifetimes", lambda cfg: {"ledger": 0, "aggregates": 0})
+    monkeypatch.setattr(
+        expiry, "lifetimes", lambda cfg: {"ledger": 0, "aggregates": 0, "reps": 10**15}
+    )
     assert _outputs(_run(events, grace_ms=0)) != never
 
 

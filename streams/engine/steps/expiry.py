@@ -9,6 +9,7 @@ plus a grace:
 |---|---|---|
 | ``ledger`` | max(pair TTL, refresh-after) | every pair in it is past the pair TTL: no longer fresh, and pruned at the next write anyway |
 | ``aggregates`` | the aggregate window | every bucket has left the window: the next embedding evicts them all |
+| ``reps`` | the neighbour horizon | the user's next request starts a new representation (:func:`~streams.engine.steps.speculate.observe_representation`) |
 
 The grace (``SOLARIS_TABLE_EXPIRY_GRACE_MS``) covers what the state remembers besides its
 content: the ids of the last verified requests and the (item, time) pairs already folded, which
@@ -19,8 +20,6 @@ Not expired, by design (deleting them would change outputs):
 - ``history``: the FM's input is the user's last L interactions however old, so a returning
   user's history is needed. Expiring it needs a history horizon applied alike in the FM's
   training and in both drivers (a change of the FM's input contract).
-- ``reps``: the neighbour representation is an exponential average with no time decay, so a
-  returning user's old representation still weighs in its next value.
 
 Pure: no clock, no I/O; the drivers pass event times and decide when to sweep.
 """
@@ -32,10 +31,11 @@ from typing import Any
 
 from streams.engine.aggregator import AggregateState
 from streams.engine.config import EngineConfig
+from streams.engine.steps.speculate import SavedRep
 from streams.engine.steps.verify import LedgerState
 
 #: the tables whose values this module can tell dead
-EXPIRING_TABLES = ("ledger", "aggregates")
+EXPIRING_TABLES = ("ledger", "aggregates", "reps")
 
 
 def lifetimes(cfg: EngineConfig) -> dict[str, int]:
@@ -44,6 +44,7 @@ def lifetimes(cfg: EngineConfig) -> dict[str, int]:
     return {
         "ledger": max(cfg.pair_ttl_ms, cfg.speculator.refresh_after_ms),
         "aggregates": cfg.aggregate_window_ms,
+        "reps": cfg.reader.neighbour_aggregate_ttl_ms,
     }
 
 
@@ -62,14 +63,29 @@ def aggregates_newest_ms(value: Any) -> int | None:
     return int(value["n"])
 
 
-NEWEST = {"ledger": ledger_newest_ms, "aggregates": aggregates_newest_ms}
+def reps_newest_ms(value: Any) -> int | None:
+    """Event time of the request a saved representation last folded (``[vector, seen_at,
+    tag]``); None for no value."""
+    return int(value[1]) if value else None
 
 
-def state_newest_ms(state: LedgerState | AggregateState) -> int | None:
+NEWEST = {
+    "ledger": ledger_newest_ms,
+    "aggregates": aggregates_newest_ms,
+    "reps": reps_newest_ms,
+}
+
+
+State = LedgerState | AggregateState | SavedRep
+
+
+def state_newest_ms(state: State) -> int | None:
     """The same newest event time on a decoded state (the simulator keeps states decoded);
     equal to the table value's by construction of the codecs (unit-tested)."""
     if isinstance(state, LedgerState):
         return max(state.pairs.values(), default=None)
+    if isinstance(state, SavedRep):
+        return state.seen_at_ms
     return state.newest_ms or None
 
 
@@ -91,7 +107,7 @@ def dead_users(
 
 def dead_states(
     table: str,
-    states: Iterable[tuple[int, LedgerState | AggregateState]],
+    states: Iterable[tuple[int, State]],
     now_ms: int,
     cfg: EngineConfig,
 ) -> list[int]:

@@ -73,18 +73,27 @@ def restore_representation(reps: UserRepresentations, user_id: int, saved: Saved
 
 
 def observe_representation(
-    reps: UserRepresentations, rec: RequestEvent, saved: SavedRep | None
+    reps: UserRepresentations, rec: RequestEvent, saved: SavedRep | None, horizon_ms: int
 ) -> SavedRep | None:
     """Fold the request's candidates into the user's representation.
 
     ``saved`` is the persisted value: restored when this process does not hold the user (after
     a restart or a rebalance). Returns the value to persist, or None when nothing changed: a
     redelivered request (not newer than the saved one) is not folded in twice.
+
+    A representation last seen more than ``horizon_ms`` before the request (the neighbour
+    tier's horizon: refreshes forget such users' in-memory representations) is not blended in:
+    the user starts afresh. So what a returning user gets does not depend on whether a refresh
+    ran in between, and a saved value past the horizon is equivalent to none (the table sweep
+    may delete it: :mod:`streams.engine.steps.expiry`).
     """
     if saved is not None and not reps.has(rec.user_id):
         restored = restore_representation(reps, rec.user_id, saved)
         saved = saved if restored else None  # another model's: start afresh
     if saved is not None and rec.event_time_ms <= saved.seen_at_ms:
         return None
+    seen = reps.seen_at(rec.user_id)
+    if seen is not None and rec.event_time_ms - seen > horizon_ms:
+        reps.forget(rec.user_id)
     reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
     return SavedRep(reps.vector(rec.user_id).tolist(), rec.event_time_ms, reps.version_tag)

@@ -41,10 +41,12 @@ class RequestsBatch:
 def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
     parts = ctx.parts
     proposals = metrics.bound(metrics.PROPOSALS)
+    horizon_ms = parts.config.reader.neighbour_aggregate_ttl_ms
 
     async def on_request(rec: RequestEvent, state: RequestsBatch, event: Any) -> Any:
         """One request's step; returns the delivery of its proposals (or None)."""
         parts.now_ms = max(parts.now_ms, rec.event_time_ms)
+        parts.table_clocks.saw("reps", event.message.partition, rec.event_time_ms)
         if refresher is not None:
             await refresher.maybe_refresh(
                 rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
@@ -54,7 +56,7 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
         reps = parts.stages.reps
         if reps is not None:
             before = reps.foreign
-            new = observe_representation(reps, rec, state.reps.get(rec.user_id))
+            new = observe_representation(reps, rec, state.reps.get(rec.user_id), horizon_ms)
             metrics.count_foreign_resets(reps.foreign - before, "representation")
             if new is not None:
                 state.reps.put(rec.user_id, new, event)
