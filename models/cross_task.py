@@ -77,12 +77,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     task, bar = report["task"], report["beats_kd"]
     tr = report["transfer_ratio"]
     lo, hi = bar["ne_kd_minus_served_ci95"]
+    defined = report.get("transfer_defined") is not False
+
+    def ratio(x: float | None) -> str:  # TRs and h divide by the FM's gain over the VM
+        return _f(x) if defined else "undefined"
+
     return [
         f"{report['dataset']}: FM on {task['fm_task']['label']}, VMs on "
         f"{task['vm_task']['label']} (positives {task['vm_task_positive_share']:.3f})",
-        f"TR kd {_f(tr.get('kd'))} | solaris exact {_f(tr.get('solaris'))} | served "
-        f"{_f(bar['tr_served'])} ({bar['served_model']})",
-        f"h {_f(bar['headroom_closure'])}; NE(kd) - NE(served) "
+        f"TR kd {ratio(tr.get('kd'))} | solaris exact {ratio(tr.get('solaris'))} | served "
+        f"{ratio(bar['tr_served'])} ({bar['served_model']})",
+        f"h {ratio(bar['headroom_closure'])}; NE(kd) - NE(served) "
         f"{_f(bar['ne_kd_minus_served'], '+.4f')} [{_f(lo, '+.4f')}, {_f(hi, '+.4f')}]; "
         f"FM gain {bar['fm_gain']}",
     ]

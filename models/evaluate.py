@@ -16,6 +16,13 @@ Report shape (issue 3 item 10; un-lagged numbers at the top level, extra keys we
 Means are over seeds; ``*_std`` is the standard deviation over seeds; ``*_ci95`` is the 95 %
 interval of the seed-averaged quantity from a bootstrap that resamples test *users*.
 Transfer ratios at the top level are computed from the seed-mean NEs.
+
+When ``transfer_defined`` is False (the FM's NE gain over the VM is not positive by its 95 %
+interval) every field that divides by that gain is null, its shape kept: ``transfer_ratio*``
+at the top level and in each lag, and each ``beats_kd*`` bar's ``tr_*`` and
+``headroom_closure*``; the numbers sit in ``transfer_ratios_if_defined`` for diagnosis only.
+``vs_id_only`` carries its own ``transfer_defined`` (its ratios divide by the FM's gain over
+the id-only VM). NE values and paired NE differences are always numbers.
 """
 
 from __future__ import annotations
@@ -76,6 +83,54 @@ def transfer_verdict(gap_interval: Sequence[float]) -> dict[str, Any]:
         f"([{lo:.4f}, {hi:.4f}]): transfer ratios divide by noise; read the paired NE "
         "differences instead",
     }
+
+
+#: fields of a ``beats_kd*`` bar that divide by the FM's NE gain over the VM (h through the TRs)
+BAR_TR_FIELDS = (
+    "tr_served",
+    "tr_kd",
+    "headroom_closure",
+    "headroom_closure_ci95",
+    "headroom_closure_per_seed",
+)
+#: fields of a TR block (the top level, each lag) that divide by that gain
+BLOCK_TR_FIELDS = ("transfer_ratio", "transfer_ratio_std", "transfer_ratio_ci95")
+
+
+def _nulled(x: Any) -> Any:
+    """``x`` with every number replaced by None, its shape kept (names, interval pairs)."""
+    if isinstance(x, dict):
+        return {k: _nulled(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_nulled(v) for v in x]
+    return None
+
+
+def withhold_transfer(report: dict[str, Any]) -> dict[str, Any]:
+    """Null every field of ``report`` that divides by the FM's NE gain over the VM (issue 25
+    item 7): the top-level and per-lag TRs with their spread and intervals (within-tier TRs
+    included), and each bar's TRs and headroom closure h. NE values and paired NE differences
+    stay. The numbers move to ``transfer_ratios_if_defined``, for diagnosis only. Returns the
+    report (changed in place)."""
+    kept: dict[str, Any] = {
+        "note": "diagnosis only: these divide by an FM gain over the VM that is not positive "
+        "by its 95 % interval (transfer_undefined_reason); they are not results",
+    }
+    blocks = [(kept, report)]
+    if "lagged" in report:
+        kept["lagged"] = {lag: {} for lag in report["lagged"]}
+        blocks += [(kept["lagged"][lag], block) for lag, block in report["lagged"].items()]
+    for dest, block in blocks:
+        for field in BLOCK_TR_FIELDS:
+            if field in block:
+                dest[field] = block[field]
+                block[field] = _nulled(block[field])
+    for name, bar in report.items():
+        if name.startswith("beats_kd") and isinstance(bar, dict):
+            kept[name] = {f: bar[f] for f in BAR_TR_FIELDS if f in bar}
+            bar.update({f: _nulled(bar[f]) for f in BAR_TR_FIELDS if f in bar})
+    report["transfer_ratios_if_defined"] = kept
+    return report
 
 
 def missing_model(keys: Sequence[str], cfg: TrainConfig, kind: str = "unavailable") -> str:
@@ -176,7 +231,7 @@ def _vs_id_only(
         users, y, probs, pairs, vm="vm_id_only", replicates=cfg.bootstrap_replicates
     )
     base, fm = stats["vm_id_only"], stats["fm"]
-    return {
+    out = {
         "baseline": "vm_id_only",
         "transfer_ratio": {
             name: transfer_ratio(base["ne"], stats[model]["ne"], fm["ne"])
@@ -189,7 +244,10 @@ def _vs_id_only(
             "ne": base["ne"] - stats["vm"]["ne"],
             "note": "NE(vm_id_only) − NE(vm): what the streaming user features alone give",
         },
+        # these ratios divide by the FM's gain over the id-only VM: judged by its own interval
+        **transfer_verdict(boot.gap_interval),
     }
+    return out if out["transfer_defined"] else withhold_transfer(out)
 
 
 def _public(key: str) -> str:
@@ -319,7 +377,7 @@ def evaluate_runs(
     if "vm_id_only" in stats:
         extra["vs_id_only"] = _vs_id_only(users, y, probs, stats, cfg)
     extra.update(transfer_verdict(boot.gap_interval))
-    return {
+    report = {
         **extra,
         "vm_baseline": "fair (streaming user features)" if cfg.vm_user_features else "id-only",
         "dataset": dataset,
@@ -353,6 +411,7 @@ def evaluate_runs(
         "bootstrap": {"replicates": boot.replicates, "resampled": "users"},
         "config": cfg.to_dict(),
     }
+    return report if report["transfer_defined"] else withhold_transfer(report)
 
 
 def _base(key: str) -> str:

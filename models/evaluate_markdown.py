@@ -19,7 +19,9 @@ def _engine_lines(report: dict[str, Any]) -> list[str]:
         return []
 
     def cell(name: str) -> str:
-        lo, hi = block["transfer_ratio_ci95"][name]
+        if not _defined(report):
+            return UNDEFINED
+        lo, hi = block["transfer_ratio_ci95"][name] or (None, None)
         return f"{_fmt(block['transfer_ratio'][name], 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
 
     distilled = (  # absent from reports written before the diagnostic existed
@@ -37,13 +39,19 @@ def _engine_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
-    h_lo, h_hi = bar["headroom_closure_ci95"]
     d_lo, d_hi = bar["ne_kd_minus_served_ci95"]
+    if _defined(report):
+        h_lo, h_hi = bar["headroom_closure_ci95"] or (None, None)
+        ratios = (
+            f"TR served {_fmt(bar['tr_served'], 3)}, TR kd {_fmt(bar['tr_kd'], 3)}, "
+            f"headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
+            f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]"
+        )
+    else:  # h divides by the FM's gain too (through the TRs): no number
+        ratios = f"TR served {UNDEFINED}, TR kd {UNDEFINED}, headroom closure h = {UNDEFINED}"
     return (
         f"Against tuned KD ({report.get('vm_baseline', 'id-only')} VM baseline; served = "
-        f"{bar['served_model']}, {bar['served_is']}): TR served {_fmt(bar['tr_served'], 3)}, "
-        f"TR kd {_fmt(bar['tr_kd'], 3)}, headroom closure h = {_fmt(bar['headroom_closure'], 3)} "
-        f"[{_fmt(h_lo, 2)}, {_fmt(h_hi, 2)}]; NE(kd) − NE(served) = "
+        f"{bar['served_model']}, {bar['served_is']}): {ratios}; NE(kd) − NE(served) = "
         f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)" + _gain_note(bar)
     )
 
@@ -81,12 +89,39 @@ def _bar_lines(report: dict[str, Any]) -> list[str]:
             )
     vs = report.get("vs_id_only")
     if vs is not None:
-        trs = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in vs["transfer_ratio"].items())
+        # its own verdict: these ratios divide by the FM's gain over the id-only VM
+        trs = ", ".join(
+            f"{k} {_fmt(v, 3) if _defined(vs) else UNDEFINED}"
+            for k, v in vs["transfer_ratio"].items()
+        )
         lines.append(
             f"Against the id-only VM (NE {_fmt(report['models']['vm_id_only']['ne'])}; the fair "
             f"VM's features alone gain {_fmt(vs['fair_vm_gain']['ne'])} NE): {trs}."
         )
     return lines
+
+
+#: what a transfer-ratio cell reads when the FM's gain over the VM is not positive
+UNDEFINED = "undefined"
+
+
+def _defined(report: dict[str, Any]) -> bool:
+    """False when the report says its transfer ratios divide by noise (issue 25 item 7); the
+    cells then read "undefined" even in a report written before its numbers were nulled."""
+    return report.get("transfer_defined") is not False
+
+
+def _tr(x: float | None, report: dict[str, Any], digits: int = 3) -> str:
+    return _fmt(x, digits) if _defined(report) else UNDEFINED
+
+
+def _tr_cell(name: str, tr_of: dict[str, float | None], report: dict[str, Any]) -> str:
+    """The model table's TR cell: blank for a model with no TR (or no finite one)."""
+    if name not in tr_of:
+        return ""
+    if not _defined(report):
+        return UNDEFINED
+    return "" if tr_of[name] is None else _fmt(tr_of[name], 3)
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -118,7 +153,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {_fmt(m['logloss'])} | {_fmt(m['ne'])} ± {_fmt(m['ne_std'])} | "
             f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(m['auc'])} ± {_fmt(m['auc_std'])} | "
-            f"{_fmt(tr, 3) if tr is not None else ''} |"
+            f"{_tr_cell(name, tr_of, report)} |"
         )
     lines += [
         "",
@@ -133,11 +168,14 @@ def markdown(report: dict[str, Any]) -> str:
     for lag, block in blocks.items():
         cells = []
         for name in TABLE_TR:
+            if not _defined(report):
+                cells.append(UNDEFINED)
+                continue
             tr = block["transfer_ratio"].get(name)
             std = block["transfer_ratio_std"].get(name)
-            lo, hi = block["transfer_ratio_ci95"].get(name, [float("nan")] * 2)
+            lo, hi = block["transfer_ratio_ci95"].get(name) or (None, None)
             cells.append(f"{_fmt(tr, 3)} ± {_fmt(std, 3)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]")
-        kd = _fmt(report["transfer_ratio"].get("kd"), 3)
+        kd = _tr(report["transfer_ratio"].get("kd"), report)
         lines.append(f"| {lag} | " + " | ".join(cells) + f" | {kd} |")
     lines += _engine_lines(report)
     lines += _bar_lines(report)

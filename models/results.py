@@ -64,16 +64,27 @@ def _gains(report: dict[str, Any]) -> str:
     """NE gains over the VM of tuned KD and of the served mix(es): what to read when the FM's
     own gain is not positive (a transfer ratio then divides by noise)."""
     vm = report["models"]["vm"]["ne"]
+    gap = report["fm_vm_gap"]["ne"]
+    kd_ne = report["models"].get("vm_kd", {}).get("ne")
+
+    def kd_gain(bar: dict[str, Any]) -> float | None:
+        if bar.get("tr_kd") is not None and gap is not None:
+            return bar["tr_kd"] * gap
+        # transfer undefined (TRs null): the same gain from the NEs, no ratio involved
+        return None if kd_ne is None or vm is None else vm - kd_ne
+
     parts = []
     for key in ("beats_kd", "beats_kd_state_tier"):
         bar = report.get(key)
         if bar is None:
             continue
-        served = vm - bar["tr_served"] * report["fm_vm_gap"]["ne"]
-        parts.append(f"{_num(vm - served, 4)}")
+        if bar.get("tr_served") is not None and gap is not None:
+            parts.append(_num(bar["tr_served"] * gap, 4))
+        else:  # NE_vm − NE_served = (NE_vm − NE_kd) + (NE_kd − NE_served)
+            base, diff = kd_gain(bar), bar.get("ne_kd_minus_served")
+            parts.append(_num(None if base is None or diff is None else base + diff, 4))
     kd = report.get("beats_kd")
-    kd_gain = _num(kd["tr_kd"] * report["fm_vm_gap"]["ne"], 4) if kd else "–"
-    return f"{kd_gain} / " + " / ".join(parts)
+    return f"{_num(kd_gain(kd), 4) if kd else '–'} / " + " / ".join(parts)
 
 
 def _row(name: str, report: dict[str, Any]) -> str:
