@@ -36,6 +36,8 @@ _TUPLE_FIELDS: dict[type, tuple[str, ...]] = {
         "history_items",
         "history_labels",
         "history_times_ms",
+        "prior_counts",
+        "pair_counts",
     ),
     EmbeddingBatch: ("item_ids",),
 }

@@ -173,6 +173,10 @@ class ProposalBatch:
     history_items: tuple[int, ...] = ()
     history_labels: tuple[int, ...] = ()
     history_times_ms: tuple[int, ...] = ()
+    #: speculated only, per item as of the request: the item prior's decayed count and the
+    #: number of the user's recent candidate lists holding it (the verifier's recurrence inputs)
+    prior_counts: tuple[float, ...] = ()
+    pair_counts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

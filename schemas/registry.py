@@ -51,6 +51,8 @@ ENTRIES: tuple[SchemaEntry, ...] = (
     SchemaEntry(7, DeadLetter, "dead_letter.avsc"),
     SchemaEntry(8, ProposalBatch, "proposal_batch.avsc"),
     SchemaEntry(9, EmbeddingBatch, "embedding_batch.avsc"),
+    # v2: the recurrence inputs travel with the proposals (issue 23); id 8 is still decoded
+    SchemaEntry(10, ProposalBatch, "proposal_batch_v2.avsc"),
 )
 
 

@@ -147,6 +147,12 @@ def _proposal_batch(rec: ProposalBatch, limits: Limits) -> None:
         raise _fail(rec, "strategies", f"{len(rec.strategies)} strategies for {n} items")
     if rec.scores and len(rec.scores) != n:
         raise _fail(rec, "scores", f"{len(rec.scores)} scores for {n} items")
+    for name in ("prior_counts", "pair_counts"):
+        values = getattr(rec, name)
+        if values and len(values) != n:
+            raise _fail(rec, name, f"{len(values)} values for {n} items")
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise _fail(rec, name, "must be finite and >= 0")
     if not all(math.isfinite(s) for s in rec.scores):
         raise _fail(rec, "scores", "must be finite (NaN or infinity found)")
     h = len(rec.history_items)

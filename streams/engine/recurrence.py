@@ -14,15 +14,19 @@ knows the future): ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 /
 0.055. At a 50 % budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens).
 
 State is per process: in the live pipeline each worker counts the requests of its own partitions
-(a user's requests all reach one worker) and re-warms after a restart. The speculate step
-writes it on the event loop while the verify step reads it in the model thread: reads copy
-what they iterate.
+(a user's requests all reach one worker) and re-warms after a restart. Only the speculate step
+reads and writes it: it attaches each proposal's raw inputs (item prior count, pair count) to the
+proposals as of the request, so the verify step ranks from the message alone, in any thread and
+however far the requests agent has run ahead (before, the verify step read this object in the
+model thread while the event loop wrote it, and its ranking depended on how many later requests
+had been counted).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,22 +88,20 @@ class RecurrencePrior:
         """Users whose recent candidate lists are held (for tests and metrics)."""
         return len(self._lists)
 
+    def raw_counts(self, item_ids: Sequence[int]) -> np.ndarray:
+        """The item prior's decayed count of each item, float64 ``[n]`` (not normalised)."""
+        return np.array([self._counts.value(int(i)) for i in item_ids], np.float64)
+
     def scores(self, item_ids: Sequence[int]) -> np.ndarray:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""
-        raw = np.array([self._counts.value(int(i)) for i in item_ids], np.float64)
-        top = raw.max() if raw.size else 0.0
-        return raw / top if top > 0 else raw
+        return normalised(self.raw_counts(item_ids))
 
     def pair_counts(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> np.ndarray:
         """In how many of the user's candidate lists of the last ``memory_ms`` (up to
         ``event_time_ms``, inclusive) each item appeared, float64 ``[n]``."""
         items = np.asarray(item_ids, np.int64)
         out = np.zeros(items.shape[0], np.float64)
-        # A copy (taken in C, under the GIL): the live verify step reads here in the model
-        # thread while the event loop's speculate step appends to the same user's lists; iterating
-        # the deque itself failed with "deque mutated during iteration" and dead-lettered a
-        # request in `make demo`. Lists of later requests are excluded by their time anyway.
-        for t, listed in tuple(self._lists.get(user_id, ())):
+        for t, listed in self._lists.get(user_id, ()):
             if 0 <= event_time_ms - t <= self.memory_ms:
                 out += np.isin(items, listed)
         return out
@@ -110,3 +112,40 @@ class RecurrencePrior:
             item_ids
         )
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class RecurrenceInputs:
+    """One request's recurrence inputs, aligned with its proposals: the item prior's decayed
+    counts and the pair counts (float64 ``[n]`` each), as of the request."""
+
+    prior_counts: np.ndarray
+    pair_counts: np.ndarray
+
+    @classmethod
+    def none(cls, n: int) -> RecurrenceInputs:
+        """Nothing recurred (a message without inputs): ranking falls back to the VM score."""
+        return cls(np.zeros(n, np.float64), np.zeros(n, np.float64))
+
+    @classmethod
+    def of(cls, prior_counts: Sequence[float], pair_counts: Sequence[int]) -> RecurrenceInputs:
+        return cls(np.asarray(prior_counts, np.float64), np.asarray(pair_counts, np.float64))
+
+
+def normalised(raw: np.ndarray) -> np.ndarray:
+    """Relative scores in [0, 1] (max = 1 within ``raw``; all zeros stay zeros)."""
+    top = raw.max() if raw.size else 0.0
+    return raw / top if top > 0 else raw
+
+
+def recurrence_key(
+    rank_by: str, vm_scores: np.ndarray, prior_counts: np.ndarray, pair_counts: np.ndarray
+) -> np.ndarray:
+    """The verifier's ranking key of one request's pairs from the recurrence inputs the
+    speculate step attached (:func:`streams.engine.steps.speculate.speculate`): the VM score
+    only breaks ties between equally recurrent items, except in ``vm_x_prior``."""
+    prior: np.ndarray = normalised(prior_counts)
+    if rank_by == "recurrence":
+        prior = pair_counts + prior
+    key: np.ndarray = prior * vm_scores if rank_by == "vm_x_prior" else prior + 1e-6 * vm_scores
+    return key

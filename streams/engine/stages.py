@@ -26,7 +26,8 @@ class Stages:
 
     speculator: Speculator
     lookahead: Lookahead | None
-    #: fed by the requests step, read by the verify step (same worker, same partitions)
+    #: fed and read by the speculate step only (it attaches each proposal's recurrence inputs
+    #: to the proposals); None when the verifier ranks by the VM score alone
     prior: RecurrencePrior | None
     #: None = every proposal goes to the FM (no VM, or an oracle run)
     verifier: Verifier | None
@@ -52,7 +53,7 @@ def build_stages(
         speculator=Speculator(speculator, lookahead),
         lookahead=lookahead,
         prior=prior,
-        verifier=Verifier(models.vm, verifier, prior) if verify and models.vm is not None else None,
+        verifier=Verifier(models.vm, verifier) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm, split=models.state),
         aggregator=RollingAggregator(
             aggregate_window_ms, aggregate_bucket_ms, own=(models.fm.model_version, models.fm.dim)

@@ -15,7 +15,7 @@ from typing import Protocol, get_args
 import numpy as np
 
 from schemas.records import PairProposal
-from streams.engine.recurrence import RecurrencePrior
+from streams.engine.recurrence import RecurrenceInputs, recurrence_key
 from streams.settings import RankBy
 
 
@@ -72,24 +72,23 @@ class VerifierStats:
 class Verifier:
     """Scores and filters proposals; kept proposals carry their score."""
 
-    def __init__(
-        self, scorer: PairScorer, config: VerifierConfig, prior: RecurrencePrior | None = None
-    ) -> None:
-        if config.rank_by != "vm" and prior is None:
-            raise ValueError(f"rank_by={config.rank_by!r} needs a RecurrencePrior")
+    def __init__(self, scorer: PairScorer, config: VerifierConfig) -> None:
         self.scorer = scorer
         self.config = config
-        self.prior = prior
         self.stats = VerifierStats()
 
     def verify_many(
         self,
         groups: Sequence[Sequence[PairProposal]],
         candidate_counts: Sequence[int] | None = None,
+        recurrence: Sequence[RecurrenceInputs | None] | None = None,
     ) -> list[list[PairProposal]]:
         """Verify several requests' proposals with one model call.
 
         ``candidate_counts`` (per group) is the base of ``top_fraction``; default the group size.
+        ``recurrence`` (per group, aligned with its proposals): the inputs the speculate step
+        attached, used unless ``rank_by`` is ``vm``; a group without them (a message from a
+        writer that did not attach them) ranks as if nothing recurred: by the VM score.
         """
         flat = [p for g in groups for p in g]
         if not flat:
@@ -106,23 +105,23 @@ class Verifier:
             s = scores[offset : offset + len(group)]
             offset += len(group)
             base = len(group) if candidate_counts is None else candidate_counts[gi]
-            out.append(self._select(group, s, base))
+            inputs = None if recurrence is None else recurrence[gi]
+            out.append(self._select(group, s, base, inputs))
         return out
 
     def _select(
-        self, group: Sequence[PairProposal], scores: np.ndarray, base: int
+        self,
+        group: Sequence[PairProposal],
+        scores: np.ndarray,
+        base: int,
+        inputs: RecurrenceInputs | None,
     ) -> list[PairProposal]:
         cfg = self.config
         key = scores.astype(np.float64)
-        if self.prior is not None and cfg.rank_by != "vm":
-            items = [p.item_id for p in group]
-            if cfg.rank_by == "recurrence":
-                first = group[0]
-                prior = self.prior.recurrence(first.user_id, items, first.event_time_ms)
-            else:
-                prior = self.prior.scores(items)
-            # the VM score only breaks ties between equally recurrent items, except in vm_x_prior
-            key = prior * key if cfg.rank_by == "vm_x_prior" else prior + 1e-6 * key
+        if cfg.rank_by != "vm":
+            if inputs is None:
+                inputs = RecurrenceInputs.none(len(group))
+            key = recurrence_key(cfg.rank_by, key, inputs.prior_counts, inputs.pair_counts)
         order = np.argsort(-key, kind="stable")
         finite = np.isfinite(key)
         if not finite.all():  # a broken score (NaN, +inf) must not take a valid pair's slot

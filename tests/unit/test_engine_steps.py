@@ -12,10 +12,12 @@ from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.embedder import Embedder
 from streams.engine.history import UserHistory
 from streams.engine.lookahead import DecayedCounter, Lookahead
+from streams.engine.models import EngineModels
 from streams.engine.neighbours import NeighbourIndex, UserRepresentations
 from streams.engine.speculator import Speculator
+from streams.engine.stages import build_stages
 from streams.engine.verifier import Verifier
-from tests.fakes import FakeFM, FakeItems
+from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
 T0 = 1_700_000_000_000
 H = 3_600_000
@@ -162,25 +164,60 @@ def test_recurrence_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
 
 
 def test_verifier_can_rank_by_the_recurrence_prior() -> None:
-    from streams.engine.recurrence import RecurrencePrior
+    """The verifier ranks by the recurrence inputs it is given (the speculate step attaches
+    them to the proposals), never by reading the prior itself."""
+    from streams.engine.recurrence import RecurrenceInputs, RecurrencePrior
 
     prior = RecurrencePrior(half_life_ms=H)
     prior.observe([102, 103], T0)
+    items = [p.item_id for p in props(4)]
+    inputs = RecurrenceInputs(prior.raw_counts(items), np.zeros(4))
     scores = _Scores([0.9, 0.8, 0.1, 0.2])
     by_vm = Verifier(
         scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="vm")
-    ).verify_many([props(4)])[0]
+    ).verify_many([props(4)], recurrence=[inputs])[0]
     by_prior = Verifier(
-        scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="prior"), prior
-    ).verify_many([props(4)])[0]
+        scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="prior")
+    ).verify_many([props(4)], recurrence=[inputs])[0]
     assert [p.item_id for p in by_vm] == [100, 101]
     assert [p.item_id for p in by_prior] == [102, 103]
-    with pytest.raises(ValueError, match="RecurrencePrior"):
-        Verifier(scores, replace(ENGINE_DEFAULTS.verifier, rank_by="prior"))
-    with pytest.raises(ValueError, match="RecurrencePrior"):
-        Verifier(scores, replace(ENGINE_DEFAULTS.verifier))  # the default ranking needs one too
+    # a message without inputs ranks as if nothing recurred: the VM order
+    no_inputs = Verifier(
+        scores, replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5, rank_by="prior")
+    ).verify_many([props(4)], recurrence=[None])[0]
+    assert [p.item_id for p in no_inputs] == [100, 101]
     with pytest.raises(ValueError, match="rank_by"):
         replace(ENGINE_DEFAULTS.verifier, rank_by="magic")
+
+
+def test_proposals_carry_the_recurrence_inputs_as_of_their_request() -> None:
+    """The speculate step attaches, per proposal, the prior's count and the pair count after
+    counting the request's own list: what the verify step saw when it read the prior right
+    after the speculate step (the simulator's order), whatever was counted since."""
+    from schemas.codec import Codec
+    from streams.engine.recurrence import RecurrencePrior
+    from streams.engine.steps.speculate import speculate
+
+    stages = build_stages(
+        ENGINE_DEFAULTS.speculator,
+        ENGINE_DEFAULTS.verifier,
+        EngineModels(FakeFM(8), FakeVM(), FakeSolaris(), FakeItems(8)),
+        ENGINE_DEFAULTS.aggregate_window_ms,
+        ENGINE_DEFAULTS.aggregate_bucket_ms,
+    )
+    assert isinstance(stages.prior, RecurrencePrior)  # the default ranking is recurrence
+    speculate(RequestEvent("r0", 1, T0, "feed", (5, 6, 7)), {}, [], stages)
+    batch = speculate(RequestEvent("r1", 1, T0 + 10, "feed", (6, 7, 8)), {}, [], stages)
+    assert batch is not None and len(batch.prior_counts) == len(batch.item_ids)
+    expected_pairs = stages.prior.pair_counts(1, batch.item_ids, T0 + 10)
+    expected_prior = stages.prior.raw_counts(batch.item_ids)
+    assert list(batch.pair_counts) == [int(c) for c in expected_pairs]
+    assert list(batch.prior_counts) == expected_prior.tolist()
+    lists = {5: 1, 6: 2, 7: 2, 8: 1}  # in how many of the user's two lists each item was
+    assert all(lists[i] == c for i, c in zip(batch.item_ids, batch.pair_counts, strict=True))
+    speculate(RequestEvent("r2", 1, T0 + 20, "feed", (6, 9)), {}, [], stages)  # counted later
+    assert list(batch.pair_counts) == [int(c) for c in expected_pairs]  # the message is fixed
+    assert Codec().decode(Codec().encode(batch)) == batch  # and travels in schema v2
 
 
 def test_pair_memory_counts_the_users_recent_lists_within_the_memory_window() -> None:
@@ -225,17 +262,17 @@ def test_pair_memory_drops_idle_users_as_it_goes() -> None:
 
 
 def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> None:
-    from streams.engine.recurrence import RecurrencePrior
+    from streams.engine.recurrence import RecurrenceInputs, RecurrencePrior
 
     prior = RecurrencePrior(half_life_ms=H)
     prior.observe([102, 103], T0 - 5, user_id=2)  # popular with someone else
     prior.observe([102, 103], T0 - 4, user_id=3)
     prior.observe([100], T0 - 3, user_id=1)  # user 1 saw 100 before
     prior.observe([100, 101, 102, 103], T0, user_id=1)  # the request being verified
-    v = Verifier(
-        _Scores([0.1, 0.9, 0.5, 0.7]), replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5), prior
-    )
-    kept = v.verify_many([props(4)])[0]
+    items = [100, 101, 102, 103]
+    inputs = RecurrenceInputs(prior.raw_counts(items), prior.pair_counts(1, items, T0))
+    v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5))
+    kept = v.verify_many([props(4)], recurrence=[inputs])[0]
     # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103
     assert [p.item_id for p in kept] == [100, 103]
 

@@ -20,7 +20,7 @@ from schemas.records import (
     RequestEvent,
     UserAggregate,
 )
-from schemas.registry import ENTRIES, load_schema_json
+from schemas.registry import ENTRIES, load_schema_json, wire_id_of
 from schemas.vectors import VectorDtype, VectorSizeError, from_bytes
 
 T0 = 1_700_000_000_000
@@ -47,8 +47,18 @@ def test_round_trip(record: object) -> None:
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.record_type.__name__)
 def test_avsc_fields_match_record_fields(entry) -> None:
+    """The newest schema of a record has exactly its fields; an older one a prefix of them
+    (later versions only add fields with defaults, so old messages still decode)."""
     avsc = [f["name"] for f in load_schema_json(entry.filename)["fields"]]
-    assert avsc == [f.name for f in dataclasses.fields(entry.record_type)]
+    fields = [f.name for f in dataclasses.fields(entry.record_type)]
+    if entry.wire_id == wire_id_of(entry.record_type):
+        assert avsc == fields
+    else:
+        assert avsc == fields[: len(avsc)]
+        added = load_schema_json(
+            next(e.filename for e in ENTRIES if e.wire_id == wire_id_of(entry.record_type))
+        )["fields"][len(avsc) :]
+        assert all("default" in f for f in added)
 
 
 def test_expect_rejects_other_record_type() -> None:
@@ -169,3 +179,26 @@ def test_proposal_batch_rules(kwargs: dict, field: str) -> None:
     with pytest.raises(InvalidField) as err:
         codec.encode(ProposalBatch(**base))
     assert err.value.field == field
+
+
+def test_a_proposal_batch_of_schema_v1_still_decodes_without_recurrence_inputs() -> None:
+    """Messages written before the recurrence inputs (wire id 8) decode with empty inputs, so a
+    rolling upgrade's old speculate agents keep feeding new verify agents."""
+    import io
+
+    import fastavro
+
+    from schemas.records import ProposalBatch
+    from schemas.registry import parsed_schemas
+
+    old = ProposalBatch("r1", 7, T0, 3, (1, 2), ("recent", "recent"))
+    buf = io.BytesIO()
+    buf.write(struct.pack(">BI", 0, 8))
+    body = {
+        f["name"]: getattr(old, f["name"])
+        for f in load_schema_json("proposal_batch.avsc")["fields"]
+    }
+    fastavro.schemaless_writer(buf, parsed_schemas()[8], body)
+    got = Codec().decode(buf.getvalue(), ProposalBatch)
+    assert got == old and got.prior_counts == () and got.pair_counts == ()
+    assert Codec().encode(old)[1:5] == struct.pack(">I", 10)  # new messages are written as v2

@@ -19,21 +19,32 @@ def speculate(
 ) -> ProposalBatch | None:
     """The request's proposals as one batch (None when nothing needs embedding).
 
-    Also feeds the recurrence prior with the request's candidates *after* proposing, the order
-    the verify step relies on.
+    Also feeds the recurrence prior with the request's candidates *after* proposing, then
+    attaches each proposal's recurrence inputs as of this request (the verify step ranks by
+    them, so it never reads the prior: a pure function of the message and the ledger).
     """
     proposals = stages.speculator.propose(rec, ledger, recent_positive_items(entries))
-    if stages.prior is not None:
-        stages.prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
+    prior = stages.prior
+    if prior is not None:
+        prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
     if not proposals:
         return None
+    items = tuple(p.item_id for p in proposals)
+    prior_counts: tuple[float, ...] = ()
+    pair_counts: tuple[int, ...] = ()
+    if prior is not None:  # as of this request, its own candidate list counted
+        prior_counts = tuple(prior.raw_counts(items).tolist())
+        pairs = prior.pair_counts(rec.user_id, items, rec.event_time_ms)
+        pair_counts = tuple(int(c) for c in pairs)
     return ProposalBatch(
         rec.request_id,
         rec.user_id,
         rec.event_time_ms,
         len(rec.candidates),
-        tuple(p.item_id for p in proposals),
+        items,
         tuple(p.strategy for p in proposals),
+        prior_counts=prior_counts,
+        pair_counts=pair_counts,
     )
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from schemas.records import PairProposal, ProposalBatch
 from streams.engine.history import Entry, history_before
 from streams.engine.ledger import is_fresh, record
+from streams.engine.recurrence import RecurrenceInputs
 from streams.engine.verifier import Verifier
 
 #: request ids remembered per user: a redelivery is recognised within the uncommitted window,
@@ -61,15 +62,34 @@ class VerifyResult:
     verified: int = 0
 
 
+def fresh_positions(b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int) -> list[int]:
+    """Positions in ``b`` of the proposals whose pair is not fresh in ``ledger``."""
+    return [
+        k
+        for k, item in enumerate(b.item_ids)
+        if not is_fresh(ledger.pairs, item, b.event_time_ms, refresh_after_ms)
+    ]
+
+
 def fresh_filter(
     b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int
 ) -> list[PairProposal]:
     """The batch's proposals whose pair is not fresh in ``ledger`` (PairProposal per item)."""
     return [
-        PairProposal(b.request_id, b.user_id, item, b.event_time_ms, strategy)
-        for item, strategy in zip(b.item_ids, b.strategies, strict=True)
-        if not is_fresh(ledger.pairs, item, b.event_time_ms, refresh_after_ms)
+        PairProposal(b.request_id, b.user_id, b.item_ids[k], b.event_time_ms, b.strategies[k])
+        for k in fresh_positions(b, ledger, refresh_after_ms)
     ]
+
+
+def recurrence_inputs(
+    b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int
+) -> RecurrenceInputs | None:
+    """The recurrence inputs of the fresh proposals (aligned with :func:`fresh_filter`), or
+    None when the message carries none."""
+    if not b.prior_counts:
+        return None
+    keep = fresh_positions(b, ledger, refresh_after_ms)
+    return RecurrenceInputs.of([b.prior_counts[k] for k in keep], [b.pair_counts[k] for k in keep])
 
 
 def verified_batch(
@@ -119,6 +139,7 @@ def verify_requests(
     for rnd in range(max(order, default=-1) + 1):
         todo = [i for i, r in enumerate(order) if r == rnd]
         groups: dict[int, list[PairProposal]] = {}
+        inputs: dict[int, RecurrenceInputs | None] = {}
         for i in todo:
             b = batches[i]
             led = current.get(b.user_id) or ledgers(b.user_id).copy()
@@ -127,7 +148,8 @@ def verify_requests(
                 results[i] = VerifyResult(None, None, redelivered=True)
             else:
                 groups[i] = fresh_filter(b, led, knobs.refresh_after_ms)
-        kept = _verify_groups(verifier, batches, groups)
+                inputs[i] = recurrence_inputs(b, led, knobs.refresh_after_ms)
+        kept = _verify_groups(verifier, batches, groups, inputs)
         for i, ok in kept.items():
             b, led = batches[i], current[batches[i].user_id]
             results[i] = _result(b, groups[i], ok, led, histories, knobs)
@@ -138,12 +160,15 @@ def _verify_groups(
     verifier: Verifier | None,
     batches: Sequence[ProposalBatch],
     groups: dict[int, list[PairProposal]],
+    inputs: dict[int, RecurrenceInputs | None],
 ) -> dict[int, list[PairProposal]]:
     idx = [i for i, g in groups.items() if g]
     kept: dict[int, list[PairProposal]] = {i: [] for i in groups if not groups[i]}
     if verifier is None:
         return {**kept, **{i: groups[i] for i in idx}}
-    out = verifier.verify_many([groups[i] for i in idx], [batches[i].candidates for i in idx])
+    out = verifier.verify_many(
+        [groups[i] for i in idx], [batches[i].candidates for i in idx], [inputs[i] for i in idx]
+    )
     return {**kept, **dict(zip(idx, out, strict=True))}
 
 
