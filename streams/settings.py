@@ -439,6 +439,17 @@ class Settings(BaseSettings):
             "CPU per pair measured); each hop of a message gains at most this much latency."
         ),
     )
+    producer_message_timeout_ms: int = Field(
+        300_000,
+        ge=1_000,
+        le=2_147_483_647,
+        description=(
+            "How long the workers' Kafka producer keeps trying to deliver a message (librdkafka's "
+            "message.timeout.ms; its default, 5 min). A broker away for longer fails the "
+            "delivery: the agent then runs its whole batch again (SOLARIS_AGENT_BATCH_ATTEMPTS) "
+            "and never acks it undelivered."
+        ),
+    )
     consumer_session_timeout_s: float = Field(
         45.0,
         ge=6.0,

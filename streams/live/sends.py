@@ -71,6 +71,17 @@ class FaustSender:
         return await self.topics[topic].send(key=key, value=value, timestamp=timestamp)
 
 
+def sender_overrides(settings: Settings) -> dict[str, Any]:
+    """librdkafka settings of the agents' producer beyond every producer's: idempotent (the
+    order per partition holds across retries), the linger, and how long a delivery may take
+    before it fails (then the agent's batch is run again, never acked undelivered)."""
+    return {
+        "enable.idempotence": True,
+        "linger.ms": settings.producer_linger_ms,
+        "message.timeout.ms": settings.producer_message_timeout_ms,
+    }
+
+
 class LibrdkafkaSender:
     """One idempotent confluent-kafka producer shared by a worker's agents (see the module)."""
 
@@ -85,13 +96,7 @@ class LibrdkafkaSender:
         """The producer and its delivery thread, started at the first send."""
         with self._lock:
             if self._producer is None:
-                self._producer = make_producer(
-                    self.settings,
-                    {
-                        "enable.idempotence": True,
-                        "linger.ms": self.settings.producer_linger_ms,
-                    },
-                )
+                self._producer = make_producer(self.settings, sender_overrides(self.settings))
                 self._thread = threading.Thread(
                     target=self._serve_reports, args=(self._producer,), name="solaris-deliveries"
                 )

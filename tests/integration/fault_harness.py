@@ -115,9 +115,11 @@ def fault_pipeline(
     ranker: bool = False,
     fm_env: dict[str, str] | None = None,
     timeout_s: float = 180,
+    fm_web_port: int | None = None,
 ) -> Iterator[FaultProcs]:
     """Pipeline worker + FM worker (+ ranker) on ``settings``' broker and store, started and
-    joined (groups Stable) before yielding; every child is stopped on exit."""
+    joined (groups Stable) before yielding; every child is stopped on exit. ``fm_web_port``:
+    the FM worker serves ``/readyz`` there."""
     from streams.lag import wait_for_groups
     from streams.topics import create_topics
 
@@ -125,7 +127,8 @@ def fault_pipeline(
     procs = FaultProcs(settings, log_dir)
     try:
         procs.start_pipeline_worker()
-        procs.start("fm", "worker", "--agents", "embed", env=fm_env)
+        web = [] if fm_web_port is None else ["--web-port", str(fm_web_port)]
+        procs.start("fm", "worker", "--agents", "embed", *web, env=fm_env)
         groups = [procs.group("pipeline"), procs.group("fm")]
         if ranker:
             procs.start("ranker", "ranker")

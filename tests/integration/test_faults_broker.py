@@ -8,6 +8,11 @@ the same data dir. After the replay, the pipeline must catch up with nothing los
 :func:`tests.integration.fault_harness.check_nothing_lost`): every verified pair in Redis and in
 the ``embeddings`` topic, aggregates equal to the ones folded from the run's own embeddings and
 to the simulator's counts, and the simulator's set of verified pairs.
+
+A third test keeps the broker away for longer than the workers' producer may take to deliver
+a message (``SOLARIS_PRODUCER_MESSAGE_TIMEOUT_MS``, shortened here): the FM worker holds an
+embedded batch (a test hook) while the broker is killed, then sends it into the outage, so its
+deliveries fail for certain. The batch must be run again, not acked undelivered.
 """
 
 from __future__ import annotations
@@ -118,6 +123,37 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnBroker]:
         broker.stop()
 
 
+#: the workers' producer gives up a delivery after this long in the message-timeout test
+MESSAGE_TIMEOUT_MS = 2_000
+#: and the broker stays away this long (several message timeouts, several batch retries)
+LONG_DOWN_S = 12.0
+HELD, RELEASED = "TEST-HOLD-HELD", "TEST-HOLD-RELEASED"
+#: the FM worker's next FM call after ``TEST_HOLD_ARM`` appears waits until ``TEST_HOLD_GATE``
+#: exists (once): the test kills the broker in between, so the batch's sends meet the outage
+HOLD_HOOK = f"""
+import os, time
+from streams.engine import embedder as _emb
+
+_ARM, _GATE = os.environ["TEST_HOLD_ARM"], os.environ["TEST_HOLD_GATE"]
+_run = _emb.Embedder.run
+_held = []
+
+
+def _hold(self, prepared):
+    out = _run(self, prepared)
+    if not _held and os.path.exists(_ARM):
+        _held.append(1)
+        print("{HELD}", flush=True)
+        while not os.path.exists(_GATE):
+            time.sleep(0.05)
+        print("{RELEASED}", flush=True)
+    return out
+
+
+_emb.Embedder.run = _hold
+"""
+
+
 def _run_with_broker_fault(
     broker: OwnBroker,
     stop: Callable[[], None],
@@ -185,4 +221,72 @@ def test_broker_stopped_mid_replay_and_restarted_loses_nothing(
         "aggregates": report.aggregates,
     }
     print_measured(f"broker {how}", measured)
+    report.assert_nothing_lost()
+
+
+def test_broker_away_past_the_message_timeout_loses_no_batch(
+    own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
+) -> None:
+    settings = live_settings(
+        Settings(),
+        uuid.uuid4().hex[:10],
+        bundle,
+        kafka_bootstrap=own_broker.bootstrap,
+        producer_message_timeout_ms=MESSAGE_TIMEOUT_MS,
+        agent_batch_attempts=12,
+        agent_batch_max_backoff_s=4.0,
+        **STATELESS_RANKING,
+    )
+    hook = tmp_path / "hold-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOLD_HOOK)
+    arm, gate = tmp_path / "arm", tmp_path / "gate"
+    fm_env = {
+        "PYTHONPATH": f"{hook}{os.pathsep}{REPO_ROOT}",
+        "TEST_HOLD_ARM": str(arm),
+        "TEST_HOLD_GATE": str(gate),
+    }
+    with fault_pipeline(settings, tmp_path, fm_env=fm_env) as procs:
+        replay = TimedReplay(settings, traffic_faults, TimedReplay.speed_for(traffic_faults, 30))
+        replay.start()
+        wait_for(
+            f"{PAIRS_BEFORE_FAULT} pairs embedded",
+            lambda: pair_keys(settings) >= PAIRS_BEFORE_FAULT,
+            timeout_s=180,
+        )
+        arm.touch()
+        wait_for("the FM worker to hold a batch", lambda: HELD in procs.log("fm"), 60)
+        down = time.monotonic()
+        own_broker.kill9()
+        gate.touch()  # the held batch now sends into the outage
+        wait_for(
+            "a failed delivery to be retried",
+            lambda: "retrying the whole batch" in procs.log("fm"),
+            timeout_s=LONG_DOWN_S + 30,
+        )
+        time.sleep(max(0.0, LONG_DOWN_S - (time.monotonic() - down)))
+        procs.alive()  # the workers ride out the outage
+        restart_s = own_broker.start()
+        outage_s = time.monotonic() - down
+        stats = replay.join()
+        drain_s = wait_caught_up(settings, procs)
+        procs.alive()
+        log = procs.log("fm")
+    report = check_nothing_lost(settings, traffic_faults, bundle)
+    print_measured(
+        "broker away past the message timeout",
+        {
+            "requests": stats.requests,
+            "message_timeout_ms": MESSAGE_TIMEOUT_MS,
+            "outage_s": outage_s,
+            "restart_s": restart_s,
+            "fm_batch_retries": log.count("retrying the whole batch"),
+            "drain_after_replay_s": drain_s,
+            "verified_pairs": report.verified,
+            "verified_twice": report.verified_duplicates,
+            "embedded_twice": report.embedding_duplicates,
+        },
+    )
+    assert RELEASED in log
+    assert "DeliveryFailed" in log, "no delivery failed: the outage did not outlast the timeout"
     report.assert_nothing_lost()

@@ -31,3 +31,12 @@ def test_producer_linger_reaches_faust_in_seconds(monkeypatch: pytest.MonkeyPatc
     assert app.conf.producer_linger == pytest.approx(0.007)
     monkeypatch.delenv("SOLARIS_PRODUCER_LINGER_MS")
     assert Settings().producer_linger_ms == 5.0
+
+
+def test_the_agents_producer_gives_up_a_delivery_after_the_message_timeout() -> None:
+    """A broker away longer than this fails the delivery (the batch is then run again)."""
+    from streams.live.sends import sender_overrides
+
+    assert sender_overrides(Settings())["message.timeout.ms"] == 300_000  # librdkafka's default
+    short = sender_overrides(Settings(producer_message_timeout_ms=2_000))
+    assert short == {"enable.idempotence": True, "linger.ms": 5.0, "message.timeout.ms": 2_000}
