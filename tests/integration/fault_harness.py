@@ -257,12 +257,12 @@ def wait_caught_up(settings: Settings, procs: Procs, timeout_s: float = 180) -> 
 
 
 #: where :func:`print_measured` also writes each scenario's figures as JSON (unset: nowhere)
-MEASURED_DIR_ENV = "SOLARIS_FAULT_MATRIX_DIR"
+MEASURED_DIR_ENV = "TEST_FAULT_MATRIX_DIR"
 
 
 def print_measured(scenario: str, measured: dict[str, Any]) -> None:
     """One line per scenario in the test output (``pytest -s``), for the docs' fault matrix;
-    with ``SOLARIS_FAULT_MATRIX_DIR`` set, also ``<dir>/<scenario>.json`` with the commit and
+    with ``TEST_FAULT_MATRIX_DIR`` set, also ``<dir>/<scenario>.json`` with the commit and
     date (the JSONs beside the matrix in docs/results/fault-matrix/)."""
     body = ", ".join(
         f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items()
