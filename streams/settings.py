@@ -333,6 +333,17 @@ class Settings(BaseSettings):
     refresh_after_ms: int = Field(
         2 * HOUR_MS, ge=0, description="Do not re-embed a pair embedded less than this ago."
     )
+    pair_in_flight_timeout_ms: int = Field(
+        30 * 60_000,
+        ge=0,
+        description=(
+            "How long (event time) a verified pair counts as on its way to the store. Past it, "
+            "a pair whose vector never came back in the embeddings topic (shed, dead-lettered, "
+            "lost in an FM failure) may be proposed again; a pair whose vector came back is not "
+            "re-proposed before SOLARIS_REFRESH_AFTER_MS. At or above that setting the rule is "
+            "off: a verified pair is not re-proposed before it, stored or not."
+        ),
+    )
     verifier_threshold: float | None = Field(None, description="Min VM score to embed a pair.")
     verifier_top_k: int | None = Field(None, description="Max verified pairs per request.")
     verifier_top_fraction: float | None = Field(

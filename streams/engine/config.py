@@ -50,6 +50,7 @@ class EngineConfig:
                 budget=settings.speculation_budget,
                 lookahead_items=settings.speculation_lookahead_items,
                 refresh_after_ms=settings.refresh_after_ms,
+                in_flight_ms=settings.pair_in_flight_timeout_ms,
             ),
             VerifierConfig(
                 threshold=settings.verifier_threshold,
@@ -82,7 +83,12 @@ class EngineConfig:
 
     def verify_knobs(self) -> VerifyKnobs:
         """What the verify step needs besides the verifier: the same for both drivers."""
-        return VerifyKnobs(self.speculator.refresh_after_ms, self.pair_ttl_ms, self.history_len)
+        return VerifyKnobs(
+            self.speculator.refresh_after_ms,
+            self.pair_ttl_ms,
+            self.history_len,
+            self.speculator.in_flight_ms,
+        )
 
     def with_changes(self, **changes: Any) -> EngineConfig:
         """A copy with ``changes`` (field names of this class)."""

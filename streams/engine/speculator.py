@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.records import PairProposal, RequestEvent
-from streams.engine.ledger import is_fresh
+from streams.engine.ledger import Confirmed, is_fresh
 from streams.engine.lookahead import Lookahead
 
 STRATEGIES = ("candidates", "lookahead")
@@ -30,6 +30,9 @@ class SpeculatorConfig:
     lookahead_items: int
     #: a pair embedded less than this long ago (event time) is not proposed again
     refresh_after_ms: int
+    #: past this, a verified pair whose vector never came back may be proposed again
+    #: (:mod:`streams.engine.ledger`); >= ``refresh_after_ms``: never before that
+    in_flight_ms: int
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -59,9 +62,12 @@ class Speculator:
         self,
         request: RequestEvent,
         ledger: dict[int, int],
+        confirmed: Confirmed,
         recent_positive_items: Sequence[int] = (),
     ) -> list[PairProposal]:
-        """Proposals for ``request`` given the user's embedding ledger and recent engagements."""
+        """Proposals for ``request`` given the user's embedding ledger, the embeddings that came
+        back (``confirmed``, loaded only if a mark is past the in-flight timeout) and recent
+        engagements."""
         cfg = self.config
         t = request.event_time_ms
         self.stats.requests += 1
@@ -73,7 +79,7 @@ class Speculator:
                 if item in seen:
                     continue
                 seen.add(item)
-                if is_fresh(ledger, item, t, cfg.refresh_after_ms):
+                if is_fresh(ledger, item, t, cfg.refresh_after_ms, cfg.in_flight_ms, confirmed):
                     self.stats.skipped_fresh += 1
                     continue
                 chosen.append((item, strategy))

@@ -69,6 +69,15 @@ def aggregate_newest_ms(value: Any) -> int | None:
     return int(value["n"]) if value else None
 
 
+def aggregate_confirmed(value: Any) -> frozenset[tuple[int, int]]:
+    """The ``(item, event time)`` of every embedding a stored aggregate state folded (its
+    ``seen``), without decoding its buckets: the embeddings that came back, which the ledger's
+    in-flight rule reads (:mod:`streams.engine.ledger`)."""
+    if not value:
+        return frozenset()
+    return frozenset((int(i), int(t)) for i, t in value["s"])
+
+
 @dataclass(frozen=True, slots=True)
 class StateCodec(Generic[V]):
     """A table's name and its value codec (``load`` accepts None: a user never seen)."""

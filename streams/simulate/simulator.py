@@ -26,6 +26,7 @@ from store.reader import FeatureReader
 from streams.engine.aggregator import AggregateState
 from streams.engine.coverage import CoverageCounter, SpeculationLedger
 from streams.engine.history import HistoryBook
+from streams.engine.ledger import Confirmed
 from streams.engine.models import EngineModels
 from streams.engine.ranker import rank, reads_history
 from streams.engine.stages import build_stages
@@ -162,7 +163,7 @@ class Simulator:
         cfg, u = self.config, r.user_id
         self._expire_dead_states(r.event_time_ms)
         ledger = self.ledgers.setdefault(u, LedgerState())
-        batch = speculate(r, ledger.pairs, self.history.entries(u), self.stages)
+        batch = speculate(r, ledger.pairs, self._confirmed(u), self.history.entries(u), self.stages)
         if self.reps is not None:
             saved = observe_representation(
                 self.reps, r, self.saved_reps.get(u), cfg.reader.neighbour_aggregate_ttl_ms
@@ -172,7 +173,12 @@ class Simulator:
         if batch is None:
             return
         (res,) = verify_requests(
-            [batch], lambda _: ledger, self.history.entries, self.verifier, self.knobs
+            [batch],
+            lambda _: ledger,
+            self.history.entries,
+            self.verifier,
+            self.knobs,
+            self._confirmed,
         )
         if res.ledger is not None:
             self.ledgers[u] = res.ledger
@@ -219,6 +225,10 @@ class Simulator:
 
     def _agg_state(self, user: int) -> AggregateState:
         return self.agg_states.setdefault(user, AggregateState())
+
+    def _confirmed(self, user: int) -> Confirmed:
+        """The user's embeddings that came back (the aggregate state's record, as live)."""
+        return lambda: self.agg_states[user].seen if user in self.agg_states else frozenset()
 
     def _write_state(self, item: EmbedInput[None]) -> None:
         """The user's FM state as of this request, for the state tier (what the live embed

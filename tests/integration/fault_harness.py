@@ -41,8 +41,15 @@ from tests.integration.live_harness import Procs, env_for
 
 #: the pipeline worker's roles (the stateful group); the FM runs alone with ``embed``
 PIPELINE_AGENTS = "history,speculate,verify,aggregate,neighbours"
-#: settings update for runs compared with the simulator (the recurrence counts restart cold)
-STATELESS_RANKING: dict[str, Any] = {"verifier_rank_by": "vm"}
+#: settings update for *timed* runs compared with the simulator: the recurrence counts restart
+#: cold after a crash; and the in-flight timeout is off (= refresh_after): these replays run at
+#: thousands of times real time, where 30 min of event time is a fraction of a second of wall
+#: time, less than the pipeline's own latency, so pairs still on their way would be proposed
+#: again (the simulator's FM answers at once). Lockstep runs keep the default.
+STATELESS_RANKING: dict[str, Any] = {
+    "verifier_rank_by": "vm",
+    "pair_in_flight_timeout_ms": Settings.model_fields["refresh_after_ms"].default,
+}
 #: consumer-group suffix -> topics it consumes (for lag checks that must not pass vacuously
 #: while a group is rebalancing and its members own nothing)
 GROUP_TOPICS = {

@@ -125,6 +125,8 @@ def env_for(settings: Settings) -> dict[str, str]:
         SOLARIS_AGENT_BATCH_ATTEMPTS=str(settings.agent_batch_attempts),
         SOLARIS_AGENT_BATCH_MAX_BACKOFF_S=str(settings.agent_batch_max_backoff_s),
         SOLARIS_PRODUCER_MESSAGE_TIMEOUT_MS=str(settings.producer_message_timeout_ms),
+        SOLARIS_PAIR_IN_FLIGHT_TIMEOUT_MS=str(settings.pair_in_flight_timeout_ms),
+        SOLARIS_REFRESH_AFTER_MS=str(settings.refresh_after_ms),
         SOLARIS_TABLE_SWEEP_INTERVAL_S=str(settings.table_sweep_interval_s),
         SOLARIS_NEIGHBOUR_AGGREGATE_TTL_MS=str(settings.neighbour_aggregate_ttl_ms),
         SOLARIS_TABLE_EXPIRY_GRACE_MS=str(settings.table_expiry_grace_ms),

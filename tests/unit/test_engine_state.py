@@ -111,3 +111,34 @@ def test_ledger_table_value_round_trips_and_reads_the_old_format() -> None:
     old = [[5, 100]]  # values written before request ids were remembered
     assert ledger_from_table(old) == LedgerState({5: 100}, [])
     assert ledger_from_table(None) == LedgerState()
+
+
+def test_a_mark_past_the_in_flight_timeout_holds_only_if_its_vector_came_back() -> None:
+    """Issue 24: a verified pair whose vector never came back (shed, dead-lettered, lost) may
+    be proposed again once in flight longer than the timeout; one that came back may not,
+    until ``refresh_after_ms``."""
+    ledger = {1: T0, 2: T0}
+    back = frozenset({(1, T0)})  # item 1's vector came back, item 2's did not
+
+    def fresh(item: int, t: int) -> bool:
+        return is_fresh(ledger, item, t, 2 * H, in_flight_ms=H // 2, confirmed=lambda: back)
+
+    assert fresh(1, T0 + H // 4) and fresh(2, T0 + H // 4)  # both may still be on their way
+    assert fresh(1, T0 + H) and not fresh(2, T0 + H)  # item 2 lost: propose it again
+    assert not fresh(1, T0 + 2 * H)  # refresh_after as before
+    # a vector that came back for an older mark does not confirm a newer one
+    assert not is_fresh({1: T0 + 10}, 1, T0 + H, 2 * H, H // 2, lambda: back)
+
+
+def test_confirmations_are_read_only_for_a_mark_past_the_in_flight_timeout() -> None:
+    """Reading them costs a table read: young marks and the rule turned off never ask."""
+
+    def never() -> frozenset[tuple[int, int]]:
+        raise AssertionError("confirmations read without need")
+
+    ledger = {1: T0}
+    assert is_fresh(ledger, 1, T0 + H // 4, 2 * H, in_flight_ms=H // 2, confirmed=never)
+    assert is_fresh(ledger, 1, T0 + H, 2 * H, in_flight_ms=2 * H, confirmed=never)  # off
+    assert not is_fresh(ledger, 1, T0 + 3 * H, 2 * H, in_flight_ms=H // 2, confirmed=never)
+    with pytest.raises(ValueError, match="confirmed embeddings"):
+        is_fresh(ledger, 1, T0 + H, 2 * H, in_flight_ms=H // 2)

@@ -30,7 +30,7 @@ def req(cands: tuple[int, ...], t: int = T0, user: int = 1) -> RequestEvent:
 def test_speculator_skips_fresh_pairs_and_caps_budget() -> None:
     spec = Speculator(replace(ENGINE_DEFAULTS.speculator, budget=2, refresh_after_ms=H))
     ledger = {10: T0 - 10}
-    out = spec.propose(req((10, 11, 12, 13)), ledger)
+    out = spec.propose(req((10, 11, 12, 13)), ledger, frozenset)
     assert [p.item_id for p in out] == [11, 12]
     assert all(
         p.score is None and p.strategy == "candidates" and p.event_time_ms == T0 for p in out
@@ -55,7 +55,7 @@ def test_lookahead_proposes_covisited_then_trending() -> None:
         ),
         la,
     )
-    out = spec.propose(req((5,), T0 + 30), {}, recent_positive_items=[1])
+    out = spec.propose(req((5,), T0 + 30), {}, frozenset, recent_positive_items=[1])
     assert [(p.item_id, p.strategy) for p in out] == [
         (5, "candidates"),
         (2, "lookahead"),
@@ -206,8 +206,8 @@ def test_proposals_carry_the_recurrence_inputs_as_of_their_request() -> None:
         ENGINE_DEFAULTS.aggregate_bucket_ms,
     )
     assert isinstance(stages.prior, RecurrencePrior)  # the default ranking is recurrence
-    speculate(RequestEvent("r0", 1, T0, "feed", (5, 6, 7)), {}, [], stages)
-    batch = speculate(RequestEvent("r1", 1, T0 + 10, "feed", (6, 7, 8)), {}, [], stages)
+    speculate(RequestEvent("r0", 1, T0, "feed", (5, 6, 7)), {}, frozenset, [], stages)
+    batch = speculate(RequestEvent("r1", 1, T0 + 10, "feed", (6, 7, 8)), {}, frozenset, [], stages)
     assert batch is not None and len(batch.prior_counts) == len(batch.item_ids)
     expected_pairs = stages.prior.pair_counts(1, batch.item_ids, T0 + 10)
     expected_prior = stages.prior.raw_counts(batch.item_ids)
@@ -215,7 +215,9 @@ def test_proposals_carry_the_recurrence_inputs_as_of_their_request() -> None:
     assert list(batch.prior_counts) == expected_prior.tolist()
     lists = {5: 1, 6: 2, 7: 2, 8: 1}  # in how many of the user's two lists each item was
     assert all(lists[i] == c for i, c in zip(batch.item_ids, batch.pair_counts, strict=True))
-    speculate(RequestEvent("r2", 1, T0 + 20, "feed", (6, 9)), {}, [], stages)  # counted later
+    speculate(
+        RequestEvent("r2", 1, T0 + 20, "feed", (6, 9)), {}, frozenset, [], stages
+    )  # counted later
     assert list(batch.pair_counts) == [int(c) for c in expected_pairs]  # the message is fixed
     assert Codec().decode(Codec().encode(batch)) == batch  # and travels in schema v2
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from schemas.records import ImpressionEvent, ProposalBatch, RequestEvent
 from streams.engine.config import ENGINE_DEFAULTS
+from streams.engine.ledger import Confirmed
 from streams.engine.lookahead import Lookahead
 from streams.engine.neighbours import UserRepresentations
 from streams.engine.steps.event_time import ClockRule, EventClock
@@ -22,11 +23,16 @@ HORIZON = 7 * 24 * 3_600_000
 
 T0 = 1_700_000_000_000
 H = 3_600_000
-KNOBS = VerifyKnobs(refresh_after_ms=2 * H, pair_ttl_ms=4 * H, history_len=3)
+KNOBS = VerifyKnobs(refresh_after_ms=2 * H, pair_ttl_ms=4 * H, history_len=3, in_flight_ms=2 * H)
 
 
 def batch(rid: str, user: int, t: int, items: tuple[int, ...]) -> ProposalBatch:
     return ProposalBatch(rid, user, t, len(items), items, ("candidates",) * len(items))
+
+
+def none_back(user: int) -> Confirmed:
+    """No embedding came back for ``user`` (the rules here never ask: in-flight is off)."""
+    return frozenset
 
 
 def test_rounds_put_a_users_nth_request_in_round_n() -> None:
@@ -41,6 +47,7 @@ def test_a_users_second_request_in_one_call_sees_the_first_ones_pairs_as_fresh()
         lambda u: [],
         None,
         KNOBS,
+        none_back,
     )
     assert [r.out.item_ids if r.out else None for r in results] == [(1, 2), (3,), (2,)]
     assert results[1].ledger is not None and results[1].ledger.requests == ["r1", "r2"]
@@ -50,14 +57,21 @@ def test_a_users_second_request_in_one_call_sees_the_first_ones_pairs_as_fresh()
 
 def test_a_redelivered_request_yields_nothing_and_changes_no_state() -> None:
     led = LedgerState({1: T0}, ["r1"])
-    (res,) = verify_requests([batch("r1", 7, T0, (1, 2))], lambda u: led, lambda u: [], None, KNOBS)
+    (res,) = verify_requests(
+        [batch("r1", 7, T0, (1, 2))], lambda u: led, lambda u: [], None, KNOBS, none_back
+    )
     assert res.redelivered and res.out is None and res.ledger is None
 
 
 def test_verified_batch_carries_history_strictly_before_the_request() -> None:
     entries = [(5, 1, T0 - 3000), (6, 0, T0 - 2000), (9, 1, T0)]
     (res,) = verify_requests(
-        [batch("r1", 7, T0, (1,))], lambda u: LedgerState(), lambda u: entries, None, KNOBS
+        [batch("r1", 7, T0, (1,))],
+        lambda u: LedgerState(),
+        lambda u: entries,
+        None,
+        KNOBS,
+        none_back,
     )
     assert res.out is not None
     assert res.out.history_items == (5, 6) and res.out.history_times_ms == (T0 - 3000, T0 - 2000)
@@ -75,6 +89,7 @@ def test_one_vm_call_per_round_and_the_verifier_filters() -> None:
         lambda u: [],
         verifier,
         KNOBS,
+        none_back,
     )
     assert len(calls) == 1
     assert all(r.out is not None and len(r.out.item_ids) == 2 for r in results)
@@ -142,3 +157,23 @@ def test_representation_is_restored_after_a_restart_and_not_folded_twice() -> No
     again = observe_representation(restarted, r2, saved, HORIZON)
     assert again is not None and again.seen_at_ms == T0 + 1
     assert SavedRep.from_json(again.to_json()) == again
+
+
+def test_a_verified_pair_whose_vector_never_came_back_is_verified_again_after_the_timeout() -> None:
+    """Issue 24: the ledger marks a pair when it is verified; past the in-flight timeout the
+    mark holds only if the pair's vector came back (here item 1's did, item 2's did not)."""
+    knobs = replace(KNOBS, in_flight_ms=H // 2)
+    led = LedgerState({1: T0, 2: T0}, ["r0"])
+
+    def back(user: int) -> Confirmed:
+        return lambda: frozenset({(1, T0)})
+
+    def items(t: int) -> tuple[int, ...] | None:
+        (res,) = verify_requests(
+            [batch(f"r{t}", 7, t, (1, 2, 3))], lambda u: led, lambda u: [], None, knobs, back
+        )
+        return res.out.item_ids if res.out else None
+
+    assert items(T0 + H // 4) == (3,)  # 1 and 2 may still be on their way
+    assert items(T0 + H) == (2, 3)  # 2 never came back: verified again
+    assert items(T0 + 2 * H) == (1, 2, 3)  # refresh_after: everything, as before

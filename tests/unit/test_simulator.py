@@ -259,3 +259,42 @@ def test_a_message_whose_fm_output_is_not_finite_is_refused_whole_like_live(
     assert not [k for k in stored_bad if tag in k and (b":p:" in k or k.endswith(b":agg"))]
     others = {k: v for k, v in stored_plain.items() if tag not in k and b":nb" not in k}
     assert others == {k: v for k, v in stored_bad.items() if tag not in k and b":nb" not in k}
+
+
+def test_pairs_the_fm_failed_on_are_proposed_again_after_the_in_flight_timeout() -> None:
+    """Issue 24: the FM's output for a request is refused (not finite), so none of its pairs
+    is stored; the user's next request 45 min later (in-flight timeout 30 min, refresh after
+    2 h) embeds them again. With the rule off (timeout = refresh_after) they stayed marked as
+    embedded and nothing was stored for 2 h."""
+    import numpy as np
+
+    minute = 60_000
+    t0, items = 1_700_000_000_000, (11, 12, 13, 14, 15)
+    failed: list[int] = []
+
+    class FailingFirstFM(FakeFM):
+        def embed(self, user_ids, item_ids, event_time_ms, histories):  # type: ignore[no-untyped-def]
+            emb, logit = super().embed(user_ids, item_ids, event_time_ms, histories)
+            early = np.asarray(event_time_ms) < t0 + minute
+            failed.extend(np.asarray(item_ids)[early].tolist())
+            emb[early] = 1e6  # not finite as float16: the message is refused, nothing stored
+            return emb, logit
+
+    events: list[RequestEvent | ImpressionEvent] = [
+        RequestEvent("r0", 1, t0, "feed", items),
+        RequestEvent("r1", 1, t0 + 45 * minute, "feed", items),
+    ]
+
+    def stored(in_flight_ms: int) -> set[int]:
+        base = config(use_neighbours=False, verify=False)
+        spec = replace(base.engine.speculator, in_flight_ms=in_flight_ms)
+        sim = Simulator(
+            base.with_changes(speculator=spec), replace(models(), fm=FailingFirstFM(DIM))
+        )
+        failed.clear()
+        sim.run(events)
+        assert sorted(failed) == sorted(items) and sim.refused_outputs == 1
+        return {int(k.rsplit(b":", 1)[1]) for k in sim.store._data if b":p:" in k}
+
+    assert stored(30 * minute) == set(items)
+    assert stored(ENGINE_DEFAULTS.speculator.refresh_after_ms) == set()

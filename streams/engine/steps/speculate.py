@@ -9,21 +9,27 @@ import numpy as np
 
 from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.history import Entry
+from streams.engine.ledger import Confirmed
 from streams.engine.neighbours import UserRepresentations
 from streams.engine.stages import Stages
 from streams.engine.steps.history import recent_positive_items
 
 
 def speculate(
-    rec: RequestEvent, ledger: dict[int, int], entries: list[Entry], stages: Stages
+    rec: RequestEvent,
+    ledger: dict[int, int],
+    confirmed: Confirmed,
+    entries: list[Entry],
+    stages: Stages,
 ) -> ProposalBatch | None:
-    """The request's proposals as one batch (None when nothing needs embedding).
+    """The request's proposals as one batch (None when nothing needs embedding). ``confirmed``:
+    the user's embeddings that came back (:mod:`streams.engine.ledger`), loaded on demand.
 
     Also feeds the recurrence prior with the request's candidates *after* proposing, then
     attaches each proposal's recurrence inputs as of this request (the verify step ranks by
     them, so it never reads the prior: a pure function of the message and the ledger).
     """
-    proposals = stages.speculator.propose(rec, ledger, recent_positive_items(entries))
+    proposals = stages.speculator.propose(rec, ledger, confirmed, recent_positive_items(entries))
     prior = stages.prior
     if prior is not None:
         prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import PairProposal, ProposalBatch
 from streams.engine.history import Entry, history_before
-from streams.engine.ledger import is_fresh, record
+from streams.engine.ledger import Confirmed, is_fresh, record
 from streams.engine.recurrence import RecurrenceInputs
 from streams.engine.verifier import Verifier
 
@@ -38,6 +38,8 @@ class VerifyKnobs:
     refresh_after_ms: int
     pair_ttl_ms: int
     history_len: int
+    #: a mark older than this holds only if its vector came back (:mod:`streams.engine.ledger`)
+    in_flight_ms: int
 
 
 @dataclass(slots=True)
@@ -62,33 +64,33 @@ class VerifyResult:
     verified: int = 0
 
 
-def fresh_positions(b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int) -> list[int]:
+def fresh_positions(
+    b: ProposalBatch, ledger: LedgerState, knobs: VerifyKnobs, confirmed: Confirmed
+) -> list[int]:
     """Positions in ``b`` of the proposals whose pair is not fresh in ``ledger``."""
+    t = b.event_time_ms
     return [
         k
         for k, item in enumerate(b.item_ids)
-        if not is_fresh(ledger.pairs, item, b.event_time_ms, refresh_after_ms)
+        if not is_fresh(
+            ledger.pairs, item, t, knobs.refresh_after_ms, knobs.in_flight_ms, confirmed
+        )
     ]
 
 
-def fresh_filter(
-    b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int
-) -> list[PairProposal]:
-    """The batch's proposals whose pair is not fresh in ``ledger`` (PairProposal per item)."""
+def fresh_filter(b: ProposalBatch, keep: Sequence[int]) -> list[PairProposal]:
+    """The batch's proposals at positions ``keep`` (:func:`fresh_positions`)."""
     return [
         PairProposal(b.request_id, b.user_id, b.item_ids[k], b.event_time_ms, b.strategies[k])
-        for k in fresh_positions(b, ledger, refresh_after_ms)
+        for k in keep
     ]
 
 
-def recurrence_inputs(
-    b: ProposalBatch, ledger: LedgerState, refresh_after_ms: int
-) -> RecurrenceInputs | None:
-    """The recurrence inputs of the fresh proposals (aligned with :func:`fresh_filter`), or
-    None when the message carries none."""
+def recurrence_inputs(b: ProposalBatch, keep: Sequence[int]) -> RecurrenceInputs | None:
+    """The recurrence inputs of the proposals at ``keep`` (aligned with :func:`fresh_filter`),
+    or None when the message carries none."""
     if not b.prior_counts:
         return None
-    keep = fresh_positions(b, ledger, refresh_after_ms)
     return RecurrenceInputs.of([b.prior_counts[k] for k in keep], [b.pair_counts[k] for k in keep])
 
 
@@ -127,11 +129,13 @@ def verify_requests(
     histories: Callable[[int], list[Entry]],
     verifier: Verifier | None,
     knobs: VerifyKnobs,
+    confirmed: Callable[[int], Confirmed],
 ) -> list[VerifyResult]:
     """Verify ``batches`` (event order) with one VM call per round; one result per batch.
 
     ``ledgers``/``histories`` return a user's saved state; they are not mutated (results carry
-    the new ledgers; within the call, later rounds see earlier rounds' updates).
+    the new ledgers; within the call, later rounds see earlier rounds' updates). ``confirmed``:
+    per user, the embeddings that came back (:mod:`streams.engine.ledger`).
     """
     results: list[VerifyResult | None] = [None] * len(batches)
     current: dict[int, LedgerState] = {}
@@ -147,8 +151,9 @@ def verify_requests(
             if b.request_id in led.requests:
                 results[i] = VerifyResult(None, None, redelivered=True)
             else:
-                groups[i] = fresh_filter(b, led, knobs.refresh_after_ms)
-                inputs[i] = recurrence_inputs(b, led, knobs.refresh_after_ms)
+                keep = fresh_positions(b, led, knobs, confirmed(b.user_id))
+                groups[i] = fresh_filter(b, keep)
+                inputs[i] = recurrence_inputs(b, keep)
         kept = _verify_groups(verifier, batches, groups, inputs)
         for i, ok in kept.items():
             b, led = batches[i], current[batches[i].user_id]

@@ -7,12 +7,13 @@ each request it runs first if due, exactly where the simulator runs it.
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Any
 
 import faust
 
 from schemas.records import RequestEvent
-from streams.engine.state import REPS
+from streams.engine.state import REPS, aggregate_confirmed
 from streams.engine.steps.speculate import observe_representation, speculate
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
@@ -28,6 +29,8 @@ class RequestsBatch:
         t = ctx.tables
         self.history = BatchState(t["history"], history_from_table)
         self.ledger = BatchState(t["ledger"], ledger_from_table)
+        #: the embeddings that came back (the aggregates table's record), read only if needed
+        self.confirmed = BatchState(t["aggregates"], aggregate_confirmed)
         self.reps = BatchState(t["reps"], REPS.load, REPS.dump)
         self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
 
@@ -52,7 +55,9 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
                 rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
             )
         entries = state.history.get(rec.user_id)
-        batch = speculate(rec, state.ledger.get(rec.user_id).pairs, entries, parts.stages)
+        user = rec.user_id
+        confirmed = functools.partial(state.confirmed.get, user)  # in this event's partition
+        batch = speculate(rec, state.ledger.get(user).pairs, confirmed, entries, parts.stages)
         reps = parts.stages.reps
         if reps is not None:
             before = reps.foreign

@@ -19,6 +19,8 @@ import faust
 
 from schemas.records import ProposalBatch
 from streams.engine.history import Entry
+from streams.engine.ledger import Confirmed
+from streams.engine.state import aggregate_confirmed
 from streams.engine.steps.verify import LedgerState, VerifyResult, verify_requests
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current, user_key
@@ -28,14 +30,19 @@ from streams.live.state import history_from_table, ledger_from_table, ledger_to_
 log = logging.getLogger(__name__)
 Decoded = list[tuple[Any, ProposalBatch]]  #: (Faust event, its record), in stream order
 UserState = dict[int, tuple[LedgerState, list[Entry]]]
+#: per user, the embeddings that came back (read from the aggregates table when a rule needs it)
+Confirmations = dict[int, frozenset[tuple[int, int]]]
 
 
 class VerifyAgent:
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
         self.ledger, self.history = ctx.tables["ledger"], ctx.tables["history"]
+        self.aggregates = ctx.tables["aggregates"]
+        self.confirmed: Confirmations = {}
 
     async def on_batch(self, events: list[Any]) -> None:
+        self.confirmed = {}
         decoded, state = await self._load(events)
         if not decoded:
             return
@@ -69,17 +76,40 @@ class VerifyAgent:
     async def _load(self, events: list[Any]) -> tuple[Decoded, UserState]:
         decoded: Decoded = []
         state: UserState = {}
+        first_ms: dict[int, int] = {}  #: per user, the event time of its first request here
         for event in events:
             b = await self.ctx.admitted(event, ProposalBatch)
             if b is None:
                 continue
             self.ctx.parts.table_clocks.saw("ledger", event.message.partition, b.event_time_ms)
+            u = b.user_id
             async with self.ctx.processing(event):  # state read in the event's partition
-                if b.user_id not in state:
-                    led = ledger_from_table(self.ledger.get(b.user_id))
-                    state[b.user_id] = (led, history_from_table(self.history.get(b.user_id)))
+                if u not in state:
+                    led = ledger_from_table(self.ledger.get(u))
+                    state[u] = (led, history_from_table(self.history.get(u)))
+                    first_ms[u] = b.event_time_ms
+                if u not in self.confirmed and self._needs_confirmed(b, state[u][0], first_ms[u]):
+                    self.confirmed[u] = aggregate_confirmed(self.aggregates.get(u))
                 decoded.append((event, b))
         return decoded, state
+
+    def _needs_confirmed(self, b: ProposalBatch, led: LedgerState, first_ms: int) -> bool:
+        """Whether verifying ``b`` may ask if a mark's vector came back: a saved mark, or one
+        this batch's earlier requests of the user make, past the in-flight timeout."""
+        knobs = self.ctx.parts.knobs
+        if knobs.in_flight_ms >= knobs.refresh_after_ms:
+            return False
+        oldest = min(led.pairs.values(), default=first_ms)
+        return b.event_time_ms - min(oldest, first_ms) >= knobs.in_flight_ms
+
+    def _confirmed_of(self, user: int) -> Confirmed:
+        def load() -> frozenset[tuple[int, int]]:
+            try:
+                return self.confirmed[user]
+            except KeyError:  # _needs_confirmed said no: the rule cannot ask
+                raise AssertionError(f"user {user}'s confirmations were not loaded") from None
+
+        return load
 
     def _verify(self, batches: list[ProposalBatch], state: UserState) -> list[VerifyResult]:
         parts = self.ctx.parts
@@ -89,6 +119,7 @@ class VerifyAgent:
             lambda u: state[u][1],
             parts.stages.verifier,
             parts.knobs,
+            self._confirmed_of,
         )
 
     def _encode(self, results: list[VerifyResult]) -> list[bytes | None]:
