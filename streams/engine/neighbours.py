@@ -7,7 +7,8 @@ can be built at ranking time from the request's own candidate list, so a user on
 request still finds neighbours (``neighbours_for_items``). The index holds only users that have a
 fresh aggregate, i.e. users whose embeddings can stand in for others.
 
-Search: exact (one matrix product) up to ``exact_max`` users, hnswlib (HNSW, cosine) above.
+Search: exact (matrix products over blocks of queries) up to ``exact_max`` users, hnswlib
+(HNSW, cosine) above.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from schemas.records import NeighbourList
+
+#: similarities computed at once by the exact search (4 MiB of float32): bounds a refresh's
+#: peak memory whatever the number of users (see :meth:`NeighbourIndex._exact_top`)
+EXACT_BLOCK_FLOATS = 1 << 20
 
 
 class ItemVectors(Protocol):
@@ -179,15 +184,7 @@ class NeighbourIndex:
             labels, dist = self._hnsw.knn_query(q, k=kk)
             sims = 1.0 - dist
         else:
-            all_sims = q @ self._vectors.T
-            if kk < all_sims.shape[1]:
-                top = np.argpartition(-all_sims, kk - 1, axis=1)[:, :kk]
-            else:
-                top = np.broadcast_to(np.arange(all_sims.shape[1]), all_sims.shape)
-            top_sims = np.take_along_axis(all_sims, top, axis=1)
-            order = np.argsort(-top_sims, axis=1, kind="stable")
-            labels = np.take_along_axis(top, order, axis=1)
-            sims = np.take_along_axis(top_sims, order, axis=1)
+            labels, sims = self._exact_top(q, kk)
         out = []
         for row, (lab, sim) in enumerate(zip(labels, sims, strict=True)):
             ids = self.user_ids[lab]
@@ -196,6 +193,28 @@ class NeighbourIndex:
                 keep &= ids != exclude[row]
             out.append((ids[keep][:k], sim[keep][:k].astype(np.float32)))
         return out
+
+    def _exact_top(self, q: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``kk`` most similar indexed users of each row of ``q``, best first, by brute
+        force in blocks of rows: a refresh queries every active user against every indexed
+        one, and one ``[queries, users]`` product (plus its negation for the partition) was
+        tens of MB at a few thousand users, memory the allocator kept after the refresh
+        (issue 24 item 5). Each row's answer is the same as in one product."""
+        n = len(self.user_ids)
+        rows = max(1, EXACT_BLOCK_FLOATS // n)
+        labels = np.empty((len(q), kk), np.int64)
+        sims = np.empty((len(q), kk), np.float32)
+        for start in range(0, len(q), rows):
+            block = q[start : start + rows] @ self._vectors.T
+            if kk < n:
+                top = np.argpartition(-block, kk - 1, axis=1)[:, :kk]
+            else:
+                top = np.broadcast_to(np.arange(n), block.shape)
+            top_sims = np.take_along_axis(block, top, axis=1)
+            order = np.argsort(-top_sims, axis=1, kind="stable")
+            labels[start : start + rows] = np.take_along_axis(top, order, axis=1)
+            sims[start : start + rows] = np.take_along_axis(top_sims, order, axis=1)
+        return labels, sims
 
     def neighbours_for_items(
         self, item_ids: Sequence[int], k: int, exclude_user: int
