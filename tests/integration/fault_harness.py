@@ -201,6 +201,25 @@ class TimedReplay:
         return self._stats
 
 
+def hook_env(tmp_path: Path, name: str, source: str, **variables: str) -> dict[str, str]:
+    """Environment for a child that runs ``source`` as its ``sitecustomize`` (a test hook
+    staging a fault inside that process only), plus ``variables``."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(source)
+    return {"PYTHONPATH": f"{folder}{os.pathsep}{REPO_ROOT}", **variables}
+
+
+def replay_until_pairs(
+    settings: Settings, traffic: Path, pairs: int, wall_s: float = 30
+) -> TimedReplay:
+    """Start a timed replay of ``traffic`` (about ``wall_s`` seconds) and wait until ``pairs``
+    pair embeddings are in the store: the pipeline is well into it, not starting up."""
+    replay = TimedReplay(settings, traffic, TimedReplay.speed_for(traffic, wall_s)).start()
+    wait_for(f"{pairs} pairs embedded", lambda: pair_keys(settings) >= pairs, timeout_s=180)
+    return replay
+
+
 def wait_for(
     what: str, predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.2
 ) -> float:

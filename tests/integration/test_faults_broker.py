@@ -38,8 +38,10 @@ from tests.integration.fault_harness import (
     TimedReplay,
     fault_pipeline,
     free_port,
+    hook_env,
     pair_keys,
     print_measured,
+    replay_until_pairs,
     wait_caught_up,
     wait_for,
 )
@@ -237,23 +239,12 @@ def test_broker_away_past_the_message_timeout_loses_no_batch(
         agent_batch_max_backoff_s=4.0,
         **STATELESS_RANKING,
     )
-    hook = tmp_path / "hold-hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOLD_HOOK)
     arm, gate = tmp_path / "arm", tmp_path / "gate"
-    fm_env = {
-        "PYTHONPATH": f"{hook}{os.pathsep}{REPO_ROOT}",
-        "TEST_HOLD_ARM": str(arm),
-        "TEST_HOLD_GATE": str(gate),
-    }
+    fm_env = hook_env(
+        tmp_path, "hold-hook", HOLD_HOOK, TEST_HOLD_ARM=str(arm), TEST_HOLD_GATE=str(gate)
+    )
     with fault_pipeline(settings, tmp_path, fm_env=fm_env) as procs:
-        replay = TimedReplay(settings, traffic_faults, TimedReplay.speed_for(traffic_faults, 30))
-        replay.start()
-        wait_for(
-            f"{PAIRS_BEFORE_FAULT} pairs embedded",
-            lambda: pair_keys(settings) >= PAIRS_BEFORE_FAULT,
-            timeout_s=180,
-        )
+        replay = replay_until_pairs(settings, traffic_faults, PAIRS_BEFORE_FAULT)
         arm.touch()
         wait_for("the FM worker to hold a batch", lambda: HELD in procs.log("fm"), 60)
         down = time.monotonic()

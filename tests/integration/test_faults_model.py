@@ -19,7 +19,6 @@ message of the fault's batches went to the dead-letter topic and its pairs were 
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -29,15 +28,16 @@ from typing import Any
 
 import pytest
 
-from streams.settings import REPO_ROOT, Settings
+from streams.settings import Settings
 from tests.conftest import require_kafka_and_redis
 from tests.integration.fault_harness import (
     STATELESS_RANKING,
-    TimedReplay,
     fault_pipeline,
     free_port,
+    hook_env,
     pair_keys,
     print_measured,
+    replay_until_pairs,
     wait_caught_up,
     wait_for,
 )
@@ -92,21 +92,12 @@ def test_onnxruntime_failing_for_10_s_is_retried_not_dead_lettered(
     settings = live_settings(
         base, uuid.uuid4().hex[:10], bundle, agent_batch_attempts=8, **STATELESS_RANKING
     )
-    hook = tmp_path / "ort-hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(ORT_FAULT_HOOK)
     fault = tmp_path / "ort-fault"
-    fm_env = {"PYTHONPATH": f"{hook}{os.pathsep}{REPO_ROOT}", "TEST_ORT_FAULT_FILE": str(fault)}
+    fm_env = hook_env(tmp_path, "ort-hook", ORT_FAULT_HOOK, TEST_ORT_FAULT_FILE=str(fault))
     port = free_port()
     with fault_pipeline(settings, tmp_path, fm_env=fm_env, fm_web_port=port) as procs:
         wait_for("the FM worker to be ready", lambda: _readyz(port)[0] == 200, timeout_s=120)
-        replay = TimedReplay(settings, traffic_faults, TimedReplay.speed_for(traffic_faults, 30))
-        replay.start()
-        wait_for(
-            f"{PAIRS_BEFORE_FAULT} pairs embedded",
-            lambda: pair_keys(settings) >= PAIRS_BEFORE_FAULT,
-            timeout_s=180,
-        )
+        replay = replay_until_pairs(settings, traffic_faults, PAIRS_BEFORE_FAULT)
         at_fault, t_fault = pair_keys(settings), time.monotonic() - replay.started_at
         fault.touch()
         began = time.monotonic()
