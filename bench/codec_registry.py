@@ -6,7 +6,8 @@ decode time of one message for the private-id codec and the registry-backed code
 with ``--url`` (a running registry, e.g. ``infra/schema_registry.sh url``) confluent-kafka's own
 ``AvroSerializer`` / ``AvroDeserializer`` for reference. Without ``--url`` the registry is an
 in-memory stand-in: after the startup neither codec makes a registry call per message, so the
-hot path measured is the same. Best of 5 rounds of ``N`` messages each.
+hot path measured is the same. Best of 5 rounds of ``N`` messages each. ``--json PATH`` also
+writes the figures (``results[topic][codec]``) in the benchmarks' JSON layout with the commit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from bench.common import BenchResult, machine_info
 from schemas.codec import Codec, _fields
 from schemas.records import EmbeddingBatch, ProposalBatch, RequestEvent
 from schemas.remote_registry import RemoteSchemas
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default="", help="a running schema registry (ccompat URL)")
     parser.add_argument("--n", type=int, default=5000, help="messages per round")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     settings = Settings(topic_prefix="bench-codec", schema_registry_url=args.url)
     client: Any = SchemaRegistryClient({"url": args.url}) if args.url else MemoryRegistry()
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     registry = Codec(schemas=RemoteSchemas(client, subjects(settings)))
     print(f"| topic | codec | encode µs/msg | decode µs/msg | bytes |  (n={args.n}, best of 5)")
     print("|---|---|---|---|---|")
+    results: dict[str, dict[str, dict[str, float]]] = {}
     for topic, rec in samples().items():
         rows: list[tuple[str, Callable[[], bytes], Callable[[bytes], Any]]] = [
             ("private ids", partial(private.encode, rec), private.decode),
@@ -134,8 +139,17 @@ def main(argv: list[str] | None = None) -> None:
             e_us = per_message_us(enc, args.n)
             d_us = per_message_us(partial(dec, data), args.n)
             print(f"| {topic} | {name} | {e_us:.1f} | {d_us:.1f} | {len(data)} |")
+            results.setdefault(topic, {})[name] = {
+                "encode_us": round(e_us, 2),
+                "decode_us": round(d_us, 2),
+                "bytes": len(data),
+            }
     if args.url:
         client.close()
+    if args.json is not None:
+        extra = {"registry": "running" if args.url else "in-memory stand-in", "n": args.n}
+        result = BenchResult("codec_registry", machine_info(extra), results)
+        print(f"wrote {result.write(args.json)}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ The machines these run on are small and shared, so absolute numbers move from ru
 benchmark therefore measures a floor (or reference) and the thing under test *side by side in one
 run* and reports their ratio. The JSON written here is the contract of ``bench/results/*.json``::
 
-    {"bench": name, "machine": {...}, "results": {...}, "ratios": {...}, "targets": {...}}
+    {"bench": name, "machine": {...}, "results": {...}, "ratios": {...}, "targets": {...},
+     "provenance": {"commit": ..., "date": ...}}
+
+(the commit and date let a result be committed beside the docs' table it fills).
 
 ``ratios`` values are plain floats (or ``None`` when a part was skipped), so dashboards and the
 smoke test can read every file the same way.
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from models.results import provenance
 
 #: Where `make bench` writes its JSON files (the folder is kept in git by a .gitkeep).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -68,6 +73,7 @@ class BenchResult:
                 k: {"limit": t.limit, "upper": t.upper, "met": t.met(self.ratios.get(k))}
                 for k, t in self.targets.items()
             },
+            "provenance": provenance(),
         }
 
     def write(self, path: Path) -> Path:

@@ -21,6 +21,8 @@ times that cannot move the worker's shared event-time state (the recurrence prio
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from functools import partial
 from pathlib import Path
@@ -60,6 +62,9 @@ ENTRY = ("requests", "impressions")
 INPUTS = ("requests", "impressions", "speculated", "verified", "embeddings")
 #: fuzzed messages sent before the replay starts; the rest go between its requests
 BURST = 0.4
+#: a file where the outcome counts are also written as JSON, with the commit and date (the JSON
+#: beside the docs' fuzzing table, docs/results/fuzz-live.json); unset: nowhere
+RESULTS_ENV = "TEST_FUZZ_RESULTS_JSON"
 Where = tuple[str, int, int]  #: (topic, partition, offset)
 
 
@@ -258,9 +263,34 @@ def test_every_fuzzed_message_is_processed_or_dead_lettered_with_its_reason(
     print("dead letters of derived messages:", derived)
     errors = [d.error[:70] for d in fuzz_run["dead"] if d.reason == "processing_error"]
     print("processing errors:", counts_by(errors))
+    write_results(len(messages), counts_by(got), derived, counts_by(errors))
     assert not bad, f"{len(bad)} violations, e.g.\n" + "\n".join(bad[:10])
     assert sum(g == "processed" for g in got) >= 100  # some mutants are valid records
     assert {"future_event_time", "invalid_field", "decode_error", "bad_header"} <= set(got)
+
+
+def write_results(
+    n_messages: int,
+    by_reason: dict[str, int],
+    derived: dict[str, int],
+    errors: dict[str, int],
+) -> None:
+    """With ``TEST_FUZZ_RESULTS_JSON`` set, the outcome counts as JSON for the docs' table."""
+    out = os.environ.get(RESULTS_ENV)
+    if not out:
+        return
+    from models.results import provenance
+
+    record = {
+        "test": "test_fuzz_live",
+        "provenance": provenance(),
+        "messages": n_messages,
+        "outcome_by_reason": by_reason,
+        "dead_letters_of_derived_messages": derived,
+        "processing_errors": errors,
+    }
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def test_no_crash_and_no_stuck_partition(fuzz_run: dict[str, Any]) -> None:
