@@ -296,10 +296,17 @@ def print_measured(scenario: str, measured: dict[str, Any]) -> None:
     print(f"\nFAULT MATRIX {scenario}: {body}")
     out = os.environ.get(MEASURED_DIR_ENV)
     if out:
-        from models.results import provenance
-
         slug = re.sub(r"[^a-z0-9]+", "-", scenario.lower()).strip("-")
-        path = Path(out) / f"{slug}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"scenario": scenario, "provenance": provenance(), "measured": measured}
-        path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        write_measured_json(
+            Path(out) / f"{slug}.json", {"scenario": scenario, "measured": measured}
+        )
+
+
+def write_measured_json(path: Path, record: dict[str, Any]) -> None:
+    """``record`` with the running commit and date (``provenance``) as JSON at ``path``: the
+    files committed beside the docs' tables (docs/results/)."""
+    from models.results import provenance
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**record, "provenance": provenance()}
+    path.write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")

@@ -21,7 +21,6 @@ times that cannot move the worker's shared event-time state (the recurrence prio
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from functools import partial
@@ -43,6 +42,7 @@ from tests.fuzz_events import (
     decoded,
     expected_reason,
 )
+from tests.integration.fault_harness import write_measured_json
 from tests.integration.live_harness import (
     TINY_TRAIN,
     fresh_live_settings,
@@ -279,18 +279,14 @@ def write_results(
     out = os.environ.get(RESULTS_ENV)
     if not out:
         return
-    from models.results import provenance
-
     record = {
         "test": "test_fuzz_live",
-        "provenance": provenance(),
         "messages": n_messages,
         "outcome_by_reason": by_reason,
         "dead_letters_of_derived_messages": derived,
         "processing_errors": errors,
     }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_measured_json(Path(out), record)
 
 
 def test_no_crash_and_no_stuck_partition(fuzz_run: dict[str, Any]) -> None:
