@@ -18,6 +18,14 @@ state that is not a leak. ``--population closed`` replays the same file without 
 seen in the second half (their every event dropped): no new user after half time, so any
 second-half growth is per event. Both report the users seen at half and at the end.
 
+Within two hours nothing expires at the default lifetimes, so each active user's ledger,
+aggregate buckets and redelivery memory grow with their events, legitimately: "flat" cannot be
+told from "still filling". ``--lifetimes short`` runs the same replay with every event-time
+lifetime (pair TTL, refresh-after, aggregate window and TTL, neighbour horizon, table expiry
+grace) cut to an eighth of the traffic's span and the table sweep every 15 s of wall time
+(:func:`short_lifetime_env`), so each value is dead and swept before half time: the second half
+is steady state and any growth in it is a leak.
+
 Reported per worker: RSS after warm-up (10 % of events), at half, at the end and its maximum,
 the least-squares slope over the second half in MiB per 100 k events, and the CPU µs per event
 over the whole replay (``/proc/<pid>/stat``), so a memory setting's CPU price shows beside it. The ratio
@@ -56,6 +64,9 @@ TrafficEvent = RequestEvent | ImpressionEvent
 
 
 POPULATIONS = ("open", "closed")
+LIFETIMES = ("default", "short")
+#: wall-clock interval of the table sweep with short lifetimes (the 2-hour replay takes ~400 s)
+SHORT_SWEEP_INTERVAL_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,8 @@ class MemoryConfig:
     spec: TrafficSpec = FULL_SPEC
     #: "closed": without the users first seen in the traffic's second half (see the docstring)
     population: str = "open"
+    #: "short": every event-time lifetime an eighth of the traffic's span (see the docstring)
+    lifetimes: str = "default"
 
     @classmethod
     def smoke(cls) -> MemoryConfig:
@@ -178,6 +191,35 @@ def population_traffic(traffic: Path, population: str) -> Path:
     return path
 
 
+def short_lifetime_env(span_ms: int) -> dict[str, str]:
+    """``SOLARIS_*`` overrides that make every event-time lifetime of the workers' state an
+    eighth of ``span_ms`` (the in-flight timeout a half of that, the expiry grace a third), so
+    a value is dead (:func:`streams.engine.steps.expiry.lifetimes` plus the grace) well before
+    half of the replay and the sweep deletes it."""
+    life = span_ms // 8
+    values = {
+        "PAIR_TTL_MS": life,
+        "REFRESH_AFTER_MS": life,
+        "PAIR_IN_FLIGHT_TIMEOUT_MS": life // 2,
+        "AGGREGATE_WINDOW_MS": life,
+        "AGGREGATE_BUCKET_MS": life // 6,
+        "AGGREGATE_TTL_MS": life,
+        "NEIGHBOUR_AGGREGATE_TTL_MS": life,
+        "TABLE_EXPIRY_GRACE_MS": life // 3,
+        "TABLE_SWEEP_INTERVAL_S": SHORT_SWEEP_INTERVAL_S,
+    }
+    return {f"SOLARIS_{name}": str(value) for name, value in values.items()}
+
+
+def lifetime_env(lifetimes: str, spec: TrafficSpec) -> dict[str, str]:
+    """The workers' environment overrides for ``lifetimes`` ("default": none)."""
+    if lifetimes not in LIFETIMES:
+        raise ValueError(f"lifetimes must be one of {LIFETIMES}, got {lifetimes!r}")
+    if lifetimes == "default":
+        return {}
+    return short_lifetime_env(int(spec.days * 86_400_000))
+
+
 def _replay(run: LiveRun, sampler: RssSampler, traffic: Path, rate: float) -> int:
     """The whole traffic file at ``rate`` events/s in one replay; the sampler learns the
     progress (every 1,000 events) and a worker that died stops the run."""
@@ -195,17 +237,21 @@ def run_memory(
     cfg: MemoryConfig | None = None,
     smoke: bool = False,
     population: str | None = None,
+    lifetimes: str | None = None,
 ) -> BenchResult:
     """The paced 2-hour replay on one deployment with RSS sampled; everything removed after."""
     cfg = cfg or (MemoryConfig.smoke() if smoke else MemoryConfig())
     if population is not None:
         cfg = replace(cfg, population=population)
+    if lifetimes is not None:
+        cfg = replace(cfg, lifetimes=lifetimes)
+    env = lifetime_env(cfg.lifetimes, cfg.spec)
     machine = machine_info({"redis": redis_version(settings.store_url)})
     traffic = population_traffic(bench_traffic(settings, cfg.spec), cfg.population)
     bundle = bench_bundle(settings, traffic, smoke)
     log_dir = settings.cache_dir / "run" / "bench-logs"
     started = time.perf_counter()
-    with LiveRun(settings, bundle, log_dir) as run:
+    with LiveRun(settings, bundle, log_dir, env=env) as run:
         run.start("pipeline", PIPELINE_ROLES)
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
@@ -228,6 +274,8 @@ def run_memory(
             "sessions_per_day": cfg.spec.sessions_per_day,
             "events": sent,
             "population": cfg.population,
+            "lifetimes": cfg.lifetimes,
+            "lifetime_env": env,
             **users_seen(list(read_traffic(traffic))),
         },
         "rate_events_per_s": cfg.rate,

@@ -27,6 +27,13 @@ class Population(StrEnum):
     closed = "closed"
 
 
+class Lifetimes(StrEnum):
+    """The event-time lifetimes of the memory bench's workers (see bench/memory.py)."""
+
+    default = "default"
+    short = "short"
+
+
 SmokeOpt = Annotated[
     bool, typer.Option("--smoke", help="Tiny run that checks plumbing; numbers are meaningless.")
 ]
@@ -98,9 +105,18 @@ def memory(
             "second half (then second-half growth is per event, not per new user).",
         ),
     ] = Population.open,
+    lifetimes: Annotated[
+        Lifetimes,
+        typer.Option(
+            "--lifetimes",
+            help="short: every TTL, window and expiry grace an eighth of the replay's event "
+            "time, so the second half is steady state (growth there is a leak, not state "
+            "still filling up).",
+        ),
+    ] = Lifetimes.default,
 ) -> None:
     """Each worker's RSS over a 2-hour-of-event-time replay with 10x the demo's users."""
-    _one("memory", json_path, smoke, population=population.value)
+    _one("memory", json_path, smoke, population=population.value, lifetimes=lifetimes.value)
 
 
 @app.command("all")

@@ -19,6 +19,7 @@ from streams.cli.log_opts import (
     TimeUnitOpt,
     log_spec_or_exit,
 )
+from streams.cli.progress_log import ProgressLog
 from streams.cli.train_cmd import DataDirOpt, DatasetOpt, TrafficOpt, _resolve_traffic
 from streams.engine.models import EngineModels
 from streams.settings import Settings
@@ -27,7 +28,7 @@ from streams.simulate.config import SimConfig
 console = Console()
 
 
-def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
+def _bundle(traffic: Path, settings: Settings, progress: Progress, said: ProgressLog) -> Path:
     from models.bundle import ensure_bundle
     from models.config import TrainConfig
     from streams.simulate.served_tiers import served_source
@@ -39,7 +40,7 @@ def _bundle(traffic: Path, settings: Settings, progress: Progress) -> Path:
         traffic,
         TrainConfig.from_settings(settings),
         settings.model_dir,
-        lambda msg: progress.update(task, description=msg),
+        lambda msg: said.update(task, msg),
         served_source(traffic, settings),
     )
     progress.remove_task(task)
@@ -94,7 +95,8 @@ def simulate(
     path = _resolve_traffic(dataset, traffic, data_dir, settings, spec)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
-        bundle = _bundle(path, settings, progress)
+        said = ProgressLog(progress, console)
+        bundle = _bundle(path, settings, progress, said)
         models, _ = load_models(settings, bundle)
         from models.bundle import BundleMeta
 
@@ -106,7 +108,7 @@ def simulate(
         task = progress.add_task("simulating", total=None)
 
         def tick(name: str, n: int) -> None:
-            progress.update(task, description=f"simulating ({name}): {n:,} events")
+            said.update(task, f"simulating ({name}): {n:,} events")
 
         report: dict[str, Any] = run_simulation(
             lambda: read_traffic(path), config, models, with_random=not no_random, progress=tick
@@ -116,7 +118,7 @@ def simulate(
         report["dataset"] = meta.dataset
         if sweep:
             out = sweep_png_path(sweep_png, json_path, meta.dataset)
-            _sweep(report, path, config, models, sweep_ttl_hours, out, progress)
+            _sweep(report, path, config, models, sweep_ttl_hours, out, progress, said)
     console.print(Markdown(markdown_table(report)))
     if report.get("sweep_png"):
         console.print(f"sweep plot written to {report['sweep_png']}")
@@ -136,6 +138,7 @@ def _sweep(
     ttl_hours: list[float] | None,
     png_path: Path,
     progress: Progress,
+    said: ProgressLog,
 ) -> None:
     """The budget x TTL grid into ``report["sweep"]``, its plot into ``report["sweep_png"]``."""
     from models.data.traffic import read_traffic
@@ -151,7 +154,7 @@ def _sweep(
         config,
         models,
         ttls_ms=ttls,
-        progress=lambda msg: progress.update(task, description=f"sweep: {msg}"),
+        progress=lambda msg: said.update(task, f"sweep: {msg}"),
     )
     png = plot(report["sweep"], png_path, report["dataset"])
     report["sweep_png"] = str(png) if png else None

@@ -11,6 +11,8 @@ import heapq
 import math
 from collections import defaultdict
 
+from streams.engine.undo import UndoLog
+
 
 class DecayedCounter:
     """Counts with exponential time decay (half-life in event-time ms)."""
@@ -19,21 +21,33 @@ class DecayedCounter:
         self._rate = math.log(2) / half_life_ms
         self._score: dict[int, float] = {}
         self._t0: int | None = None
+        #: records every change while a batch runs (:mod:`streams.engine.undo`); None = off
+        self.undo: UndoLog | None = None
 
     def add(self, key: int, event_time_ms: int, weight: float = 1.0) -> None:
+        undo = self.undo
         if self._t0 is None:
+            if undo is not None:
+                undo.attribute(self, "_t0")
             self._t0 = event_time_ms
         exponent = self._rate * (event_time_ms - self._t0)
         if exponent > 200:  # rebase before the growing weights overflow a float
+            if undo is not None:
+                undo.attribute(self, "_t0")
+                undo.attribute(self, "_score")
             shrink = math.exp(-exponent)
             self._score = {k: v * shrink for k, v in self._score.items() if v * shrink > 1e-12}
             self._t0, exponent = event_time_ms, 0.0
         # Scores are stored relative to t0 (growing weights) so old ones need no update.
+        if undo is not None:
+            undo.entry(self._score, key)
         self._score[key] = self._score.get(key, 0.0) + weight * math.exp(exponent)
         if len(self._score) > 200_000:
             self._prune()
 
     def _prune(self) -> None:
+        if self.undo is not None:
+            self.undo.attribute(self, "_score")
         keep = heapq.nlargest(100_000, self._score.items(), key=lambda kv: kv[1])
         self._score = dict(keep)
 

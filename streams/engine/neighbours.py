@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from schemas.records import NeighbourList
+from streams.engine.undo import UndoLog
 
 #: similarities computed at once by the exact search (4 MiB of float32): bounds a refresh's
 #: peak memory whatever the number of users (see :meth:`NeighbourIndex._exact_top`)
@@ -65,6 +66,20 @@ class UserRepresentations:
         self.foreign = 0
         self._vec: dict[int, np.ndarray] = {}
         self._seen_at: dict[int, int] = {}
+        self._undo: UndoLog | None = None
+
+    def begin(self, undo: UndoLog) -> None:
+        """Record every change in ``undo`` until :meth:`end` (one live batch: a rerun after an
+        infrastructure error must not fold the same request in twice)."""
+        self._undo = undo
+
+    def end(self) -> None:
+        self._undo = None
+
+    def _touch(self, user_id: int) -> None:
+        if self._undo is not None:  # vectors are replaced, never changed in place
+            self._undo.entry(self._vec, user_id)
+            self._undo.entry(self._seen_at, user_id)
 
     def of_items(self, item_ids: Sequence[int]) -> np.ndarray:
         """Unit-norm mean item vector of ``item_ids`` (zeros if none known)."""
@@ -74,6 +89,7 @@ class UserRepresentations:
         return _normalise(vecs.mean(axis=0) - self.items.mean)
 
     def observe(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> None:
+        self._touch(user_id)
         new = self.of_items(item_ids)
         old = self._vec.get(user_id)
         self._vec[user_id] = (
@@ -91,6 +107,7 @@ class UserRepresentations:
         vec = np.asarray(vector, np.float32)
         if vec.shape != (self.items.dim,):
             return False
+        self._touch(user_id)
         self._vec[user_id] = vec
         self._seen_at[user_id] = seen_at_ms
         return True
@@ -100,6 +117,7 @@ class UserRepresentations:
         representation comes back from its saved value (``observe_representation``)."""
         old = [u for u, t in self._seen_at.items() if t < t_ms]
         for u in old:
+            self._touch(u)
             del self._vec[u], self._seen_at[u]
         return len(old)
 
@@ -112,6 +130,7 @@ class UserRepresentations:
 
     def forget(self, user_id: int) -> None:
         """Drop one user's representation (a no-op for a user not held)."""
+        self._touch(user_id)
         self._vec.pop(user_id, None)
         self._seen_at.pop(user_id, None)
 

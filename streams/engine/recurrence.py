@@ -14,7 +14,9 @@ knows the future): ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 /
 0.055. At a 50 % budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens).
 
 State is per process: in the live pipeline each worker counts the requests of its own partitions
-(a user's requests all reach one worker) and re-warms after a restart. Only the speculate step
+(a user's requests all reach one worker) and re-warms after a restart. While a live batch runs,
+every change is recorded in an undo log (:meth:`RecurrencePrior.begin`), so a batch run again
+after an infrastructure error counts its requests once (:mod:`streams.engine.undo`). Only the speculate step
 reads and writes it: it attaches each proposal's raw inputs (item prior count, pair count) to the
 proposals as of the request, so the verify step ranks from the message alone, in any thread and
 however far the requests agent has run ahead (before, the verify step read this object in the
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streams.engine.lookahead import DecayedCounter
+from streams.engine.undo import UndoLog
 
 _SWEEP_EVERY = 10_000  # observed requests between sweeps of idle users
 
@@ -52,6 +55,20 @@ class RecurrencePrior:
         self.max_users = max_users
         self._lists: dict[int, deque[tuple[int, np.ndarray]]] = {}
         self._observed = 0
+        self._undo: UndoLog | None = None
+
+    def begin(self, undo: UndoLog) -> None:
+        """Record every change in ``undo`` until :meth:`end` (one live batch)."""
+        self._undo = self._counts.undo = undo
+        undo.attribute(self, "_observed")
+
+    def end(self) -> None:
+        """Stop recording (after the batch's commit or rollback)."""
+        self._undo = self._counts.undo = None
+
+    def _touch(self, user_id: int) -> None:
+        if self._undo is not None:
+            self._undo.entry(self._lists, user_id, copy=_copy_lists)
 
     def observe(
         self, item_ids: Sequence[int], event_time_ms: int, user_id: int | None = None
@@ -64,6 +81,7 @@ class RecurrencePrior:
         self._observed += 1
         if self._observed % _SWEEP_EVERY == 0:  # users idle past the memory count for nothing
             self._drop_idle(event_time_ms)
+        self._touch(user_id)
         lists = self._lists.get(user_id)
         if lists is None:
             if len(self._lists) >= self.max_users:
@@ -74,6 +92,7 @@ class RecurrencePrior:
     def _drop_idle(self, now_ms: int) -> int:
         stale = [u for u, q in self._lists.items() if now_ms - q[-1][0] > self.memory_ms]
         for u in stale:
+            self._touch(u)
             del self._lists[u]
         return len(stale)
 
@@ -82,6 +101,7 @@ class RecurrencePrior:
         if self._drop_idle(now_ms) < len(self._lists) // 10:
             by_age = sorted(self._lists, key=lambda u: self._lists[u][-1][0])
             for u in by_age[: len(by_age) // 2]:
+                self._touch(u)
                 del self._lists[u]
 
     def tracked_users(self) -> int:
@@ -112,6 +132,10 @@ class RecurrencePrior:
             item_ids
         )
         return total
+
+
+def _copy_lists(lists: deque[tuple[int, np.ndarray]]) -> deque[tuple[int, np.ndarray]]:
+    return deque(lists, maxlen=lists.maxlen)  # the arrays in it are never changed in place
 
 
 @dataclass(frozen=True, slots=True)

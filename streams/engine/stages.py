@@ -7,6 +7,8 @@ aggregator and representations separately (two copies that could drift); both no
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from store.values import version_tag
@@ -17,6 +19,7 @@ from streams.engine.models import EngineModels
 from streams.engine.neighbours import UserRepresentations
 from streams.engine.recurrence import RecurrencePrior
 from streams.engine.speculator import Speculator, SpeculatorConfig
+from streams.engine.undo import UndoLog
 from streams.engine.verifier import Verifier, VerifierConfig
 
 
@@ -35,6 +38,25 @@ class Stages:
     aggregator: RollingAggregator
     #: None = no neighbour tier (no item vectors, or switched off)
     reps: UserRepresentations | None
+
+
+@contextmanager
+def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
+    """Run one batch of the speculate step so that an exception leaves the in-process state
+    (recurrence prior, user representations) as before the batch: the live driver runs a
+    failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
+    undo = UndoLog()
+    held = [s for s in (stages.prior, stages.reps) if s is not None]
+    for state in held:
+        state.begin(undo)
+    try:
+        yield undo
+    except BaseException:
+        undo.rollback()
+        raise
+    finally:
+        for state in held:
+            state.end()
 
 
 def build_stages(

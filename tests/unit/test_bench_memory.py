@@ -75,3 +75,31 @@ def test_an_unknown_population_is_refused(tmp_path: Path) -> None:
     assert population_traffic(tmp_path / "t.avro", "open") == tmp_path / "t.avro"
     with pytest.raises(ValueError, match="population must be one of"):
         population_traffic(tmp_path / "t.avro", "half")
+
+
+def test_short_lifetimes_make_every_table_value_dead_well_before_half_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``--lifetimes short`` the second half is steady state: every expiring table's
+    value (its lifetime plus the expiry grace, as the sweep computes them) dies within a quarter
+    of the replay, and the settings the workers will read accept every override."""
+    from bench.memory import FULL_SPEC, lifetime_env
+    from streams.engine.config import EngineConfig
+    from streams.engine.steps.expiry import EXPIRING_TABLES, lifetimes
+    from streams.settings import Settings
+
+    span_ms = int(FULL_SPEC.days * 86_400_000)
+    env = lifetime_env("short", FULL_SPEC)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    cfg = EngineConfig.from_settings(settings)
+    dead_after = {t: ms + cfg.table_expiry_grace_ms for t, ms in lifetimes(cfg).items()}
+    assert set(dead_after) == set(EXPIRING_TABLES)
+    assert max(dead_after.values()) <= span_ms // 4
+    assert settings.pair_in_flight_timeout_ms < settings.refresh_after_ms <= settings.pair_ttl_ms
+    assert settings.aggregate_ttl_ms <= span_ms // 8
+    assert 0 < settings.table_sweep_interval_s <= 60
+    assert lifetime_env("default", FULL_SPEC) == {}
+    with pytest.raises(ValueError, match="lifetimes must be one of"):
+        lifetime_env("long", FULL_SPEC)

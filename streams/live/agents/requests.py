@@ -13,6 +13,7 @@ from typing import Any
 import faust
 
 from schemas.records import RequestEvent
+from streams.engine.stages import undone_on_error
 from streams.engine.state import REPS, aggregate_confirmed
 from streams.engine.steps.speculate import observe_representation, speculate
 from streams.live import metrics
@@ -76,17 +77,19 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
             await ctx.finish("speculate", on_batch, events)
 
     async def on_batch(events: list[Any]) -> None:
-        """Speculate every request; state is saved only once the proposals are delivered, so
-        a batch run again after a failed delivery starts from the same state."""
+        """Speculate every request; state is saved only once the proposals are delivered, and
+        the in-process state (prior, representations) is undone on an error, so a batch run
+        again after a failed delivery starts from the same state."""
         pending = []
         state = RequestsBatch(ctx)
-        for event in events:
-            rec = await ctx.admitted(event, RequestEvent)
-            if rec is None:
-                continue
-            async with ctx.processing(event):
-                pending.append(await on_request(rec, state, event))
-        for delivery in pending:  # once per batch, before Faust acks the batch
-            if delivery is not None:
-                await delivery
-        state.save(proposals)
+        with undone_on_error(parts.stages):
+            for event in events:
+                rec = await ctx.admitted(event, RequestEvent)
+                if rec is None:
+                    continue
+                async with ctx.processing(event):
+                    pending.append(await on_request(rec, state, event))
+            for delivery in pending:  # once per batch, before Faust acks the batch
+                if delivery is not None:
+                    await delivery
+            state.save(proposals)
