@@ -4,7 +4,10 @@ The ``speculated`` topic is made to refuse every message (``max.message.bytes`` 
 speculate worker receives 60 valid requests, then the limit is lifted. Before: the delivery
 failure escaped the agent, Faust acked the batch in flight, and its requests were never
 speculated. Now the batch guard reruns the whole batch with backoff (``/readyz`` not ready
-meanwhile) and every request reaches ``speculated`` once the broker takes writes again.
+meanwhile) and every request reaches ``speculated`` once the broker takes writes again, with
+the values of one clean try: each rerun starts from the in-process state the batch started from
+(:mod:`streams.engine.undo`), so each proposal's recurrence inputs count its request's candidate
+list once (every request here is its user's only one, with items no other request has).
 """
 
 from __future__ import annotations
@@ -69,16 +72,18 @@ def test_a_refused_batch_is_rerun_not_acked(bundle: Path, tmp_path: Path) -> Non
         procs.alive()
         set_max_message_bytes(settings, speculated, 1_048_588)
 
-        seen: set[str] = set()
+        batches: list[ProposalBatch] = []
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and len(seen) < len(valid):
+        while time.monotonic() < deadline and len(batches) < len(valid):
             procs.alive()
-            seen = {
-                codec.decode(v, ProposalBatch).request_id
-                for _, v in read_topic(settings, speculated)
-            }
+            batches = [codec.decode(v, ProposalBatch) for _, v in read_topic(settings, speculated)]
             time.sleep(1.0)
+        seen = {b.request_id for b in batches}
         assert len(seen) == len(valid), f"{len(seen)} of {len(valid)} requests speculated"
+        assert len(batches) == len(valid)  # none delivered twice
+        for b in batches:  # counted once, however many tries the batch took
+            assert b.pair_counts == (1,) * len(b.item_ids), b
+            assert b.prior_counts == pytest.approx([1.0] * len(b.item_ids), rel=1e-3), b
         assert read_topic(settings, settings.topic("dead-letter")) == []
         assert "retrying the whole batch" in procs.log("pipeline")  # it was refused at first
     finally:
