@@ -16,21 +16,28 @@ from pathlib import Path
 from typing import Any
 
 
-def provenance() -> dict[str, str]:
-    """The commit of the code that is running (this package's checkout) and the UTC time."""
+def _git(*args: str) -> str | None:
     here = Path(__file__).resolve().parent
     try:
         done = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=10,
+            ["git", "-C", str(here), *args], capture_output=True, text=True, check=False, timeout=10
         )
-        commit = done.stdout.strip() if done.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
-    return {"commit": commit, "date": datetime.now(UTC).isoformat(timespec="seconds")}
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def provenance() -> dict[str, str | bool | None]:
+    """The commit of the code that is running (this package's checkout), whether tracked files
+    differed from it (``dirty``: the figures then come from uncommitted code; None outside a
+    checkout) and the UTC time."""
+    commit = _git("rev-parse", "HEAD")
+    changed = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "commit": commit or "unknown",
+        "dirty": None if changed is None else bool(changed),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 def _num(x: Any, digits: int = 3) -> str:

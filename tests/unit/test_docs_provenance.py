@@ -55,12 +55,6 @@ EXEMPT_TABLES = {
         _PENDING + "synthetic and ml-latest-small re-run 2026-12-05 "
         "(results/simulate/), Taobao's simulate did not finish in that session"
     ),
-    ("live-pipeline.md", "| test impressions | NE vm | NE fm |"): (
-        _PENDING + "the ml-100k simulate was not re-run"
-    ),
-    ("live-pipeline.md", "| | exact | aggregate | neighbour item |"): (
-        _PENDING + "the ml-100k simulate was not re-run"
-    ),
     ("knowledge-transfer.md", "| data | NE vm (fair) | NE fm |"): (
         _KT_REASON + " ('solaris evaluate at 42ed6ba', JSONs in results/issue22/, each JSON "
         "carrying its commit and date)"

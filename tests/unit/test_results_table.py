@@ -66,3 +66,18 @@ def test_provenance_names_this_checkout() -> None:
     got = provenance()
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", got["commit"])
     assert got["date"].startswith("20")
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "dirty"),
+    [("a" * 40, "", False), ("a" * 40, " M streams/x.py", True), (None, None, None)],
+)
+def test_provenance_says_when_the_figures_come_from_uncommitted_code(
+    monkeypatch: pytest.MonkeyPatch, head: str | None, status: str | None, dirty: bool | None
+) -> None:
+    import models.results as results
+
+    answers = {"rev-parse": head, "status": status}
+    monkeypatch.setattr(results, "_git", lambda *args: answers[args[0]])
+    got = provenance()
+    assert got["dirty"] is dirty and got["commit"] == (head or "unknown")
