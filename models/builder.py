@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from models.bundle import FAIR_VM_FILE
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.evaluate import evaluate_runs
 from models.experiment import Impressions, SeedRun, run_seed, verifier_vm
@@ -108,6 +109,8 @@ def write_bundle(
     export_fm_split(run.fm, cfg.history_len, out_dir, props)
     # vm.onnx is the verifier: id-only, also when the ranking VMs read user features
     export_vm(verifier_vm(run.vms), "vm", out_dir / "vm.onnx", props)
+    if "vm_id_only" in run.vms:  # the ranking VMs are fair: ship the baseline TRs are against
+        export_vm(run.vms["vm"], "vm_fair", out_dir / FAIR_VM_FILE, props)
     engine_trained = "vm_solaris_engine" in run.vms
     shipped = run.vms["vm_solaris_engine" if engine_trained else "vm_solaris"]
     export_vm(shipped, "vm_solaris", out_dir / "vm_solaris.onnx", props)

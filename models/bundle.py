@@ -3,7 +3,9 @@
 A bundle is a directory::
 
     fm.onnx            FM (embedding + logit), see models.export; contract: models.fm_contract
-    vm.onnx            baseline VM = the verifier
+    vm.onnx            baseline VM = the verifier (id-only)
+    vm_fair.onnx       optional: the fair ranking VM (streaming user features), the baseline
+                       transfer ratios are measured against (when the ranking VMs are fair)
     vm_solaris.onnx    the ranker's VM (embedding + tier), trained at the serving lag
     vocab.npz          fm_items, vm_users, vm_items: sorted raw ids (int64), no pickle
     item_vectors.npz   ids (sorted int64), vectors (float32 [n, fm_item_dim]): FM item embeddings
@@ -43,6 +45,8 @@ log = logging.getLogger(__name__)
 FILES = ("fm.onnx", "vm.onnx", "vm_solaris.onnx", "vocab.npz", "meta.json")
 #: optional: the FM split into user state + decoder (see models.export.export_fm_split)
 SPLIT_FM_FILES = ("fm_state.onnx", "fm_decode.onnx")
+#: optional: the fair VM (bundles before CODE_VERSION 11, or trained id-only, lack it)
+FAIR_VM_FILE = "vm_fair.onnx"
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class ModelBundle:
     solaris: SolarisRunner
     #: the FM split into user state + decoder (bundles from before the split lack it)
     state: StateRunner | None = None
+    #: the fair ranking VM, the transfer baseline (see ``FAIR_VM_FILE``)
+    vm_fair: VMRunner | None = None
 
 
 def load_bundle(
@@ -138,7 +144,11 @@ def load_bundle(
             meta.history_len,
             meta.dim,
         )
-    return ModelBundle(root, meta, fm, vm, solaris, state)
+    fair = root / FAIR_VM_FILE
+    vm_fair = (
+        VMRunner(session(FAIR_VM_FILE), users, items, meta.history_len) if fair.is_file() else None
+    )
+    return ModelBundle(root, meta, fm, vm, solaris, state, vm_fair)
 
 
 def bundle_key(traffic_path: Path | str, cfg: TrainConfig, served_key: str = "") -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 #: Bump when model code changes in a way that invalidates cached bundles (part of the cache key).
-CODE_VERSION = "10"  # 10: a representation past the neighbour horizon starts afresh; 9: vm_solaris_engine_kd may choose KD weight 0; 8: state tier code 4 (missing 5); 7: missing tier routed to the frozen vm when validation says so;  6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
+CODE_VERSION = "11"  # 11: bundles ship the fair VM (vm_fair.onnx); 10: a representation past the neighbour horizon starts afresh; 9: vm_solaris_engine_kd may choose KD weight 0; 8: state tier code 4 (missing 5); 7: missing tier routed to the frozen vm when validation says so;  6: vm_solaris serves TIER_UNAVAILABLE rows with the frozen vm; 3: five tiers
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

@@ -84,4 +84,4 @@ def load_models(settings: Settings, bundle_dir: Path | None = None) -> tuple[Eng
             "bundle has no fm_state.onnx/fm_decode.onnx: state tier disabled",
             extra={"bundle": str(path)},
         )
-    return EngineModels(bundle.fm, bundle.vm, bundle.solaris, items, state), path
+    return EngineModels(bundle.fm, bundle.vm, bundle.solaris, items, state, bundle.vm_fair), path

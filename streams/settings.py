@@ -417,6 +417,14 @@ class Settings(BaseSettings):
         "each). A worker's table memory is bounded by 4 tables x partitions owned x "
         "(2 x write buffer + block cache).",
     )
+    malloc_release_kib: int = Field(
+        64,
+        ge=0,
+        description="Workers set glibc's mmap and trim thresholds to this many KiB at start "
+        "(mallopt), so freed heap memory goes back to the OS instead of staying resident after "
+        "a burst of large transient arrays (bench memory, short lifetimes: end / half 1.103 with "
+        "glibc's defaults, 1.019 with 64 KiB); 0 = the allocator's defaults. No-op off glibc.",
+    )
     table_sweep_interval_s: float = Field(
         300.0,
         ge=0,

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from streams.live.malloc_tuning import release_freed_memory
 from streams.logs import announce, fail, json_logging
 from streams.settings import Settings
 
@@ -48,6 +49,7 @@ def worker(
     from streams.topics import create_changelog_topics, create_topics
 
     settings = Settings()
+    release_freed_memory(settings.malloc_release_kib)  # before the models and tables allocate
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
     if "embed" in roles and len(roles) > 1 and roles != set(ROLES):
         fail("run 'embed' alone (its own group) or with every role ('all')", console=console)

@@ -125,12 +125,17 @@ def simulate(
     elif sweep:
         console.print("[yellow]no sweep plot: matplotlib is missing (the train extra)[/yellow]")
     if json_path is not None:
-        from models.results import provenance
+        _write_report(report, json_path)
 
-        report["provenance"] = provenance()  # the commit and date the docs tables cite
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report, indent=2, default=float))
-        console.print(f"report written to {json_path}")
+
+def _write_report(report: dict[str, Any], json_path: Path) -> None:
+    """The report as JSON with its provenance (the commit and date the docs tables cite)."""
+    from models.results import provenance
+
+    report["provenance"] = provenance()
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2, default=float))
+    console.print(f"report written to {json_path}")
 
 
 def _sweep(

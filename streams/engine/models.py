@@ -8,7 +8,7 @@ from streams.engine.embedder import EmbeddingModel
 from streams.engine.neighbours import ItemVectors
 from streams.engine.ranker import SolarisScorer
 from streams.engine.steps.state import StateModel
-from streams.engine.verifier import PairScorer
+from streams.engine.verifier import HistoryPairScorer, PairScorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +21,6 @@ class EngineModels:
     solaris: SolarisScorer | None = None
     items: ItemVectors | None = None
     state: StateModel | None = None
+    #: the fair ranking VM (streaming user features): not run by any step, the baseline the
+    #: simulator's transfer ratios are measured against (None: the bundle has none)
+    vm_fair: HistoryPairScorer | None = None

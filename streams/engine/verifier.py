@@ -14,6 +14,7 @@ from typing import Protocol, get_args
 
 import numpy as np
 
+from models.features import HistoryArrays
 from schemas.records import PairProposal
 from streams.engine.recurrence import RecurrenceInputs, recurrence_key
 from streams.settings import RankBy
@@ -26,6 +27,21 @@ class PairScorer(Protocol):
         self, user_ids: np.ndarray, item_ids: np.ndarray, event_time_ms: np.ndarray
     ) -> np.ndarray:
         """Probabilities float32 ``[B]`` for int64 ``[B]`` inputs."""
+        ...
+
+
+class HistoryPairScorer(Protocol):
+    """A VM that also reads each row's user history (the fair VM: streaming user features,
+    ``models.user_features``). Not run by any step: the simulator's transfer baseline."""
+
+    def score(
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        histories: Sequence[HistoryArrays] | None = None,
+    ) -> np.ndarray:
+        """Probabilities float32 ``[B]``; ``histories``: one per row, oldest first."""
         ...
 
 

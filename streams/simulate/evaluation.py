@@ -16,7 +16,7 @@ from store.tiers import TIER_NAMES, Tier
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import UserHistory
 from streams.engine.ranker import SolarisScorer, reads_history
-from streams.engine.verifier import PairScorer
+from streams.engine.verifier import HistoryPairScorer, PairScorer
 
 
 def log_loss(labels: np.ndarray, probs: np.ndarray) -> float:
@@ -83,9 +83,15 @@ class EvalRows:
         return len(self.labels)
 
     def predict(
-        self, vm: PairScorer, fm: EmbeddingModel, solaris: SolarisScorer, batch: int = 4096
+        self,
+        vm: PairScorer,
+        fm: EmbeddingModel,
+        solaris: SolarisScorer,
+        batch: int = 4096,
+        vm_fair: HistoryPairScorer | None = None,
     ) -> Predictions:
-        """Probabilities of vm, fm (fresh history) and vm_solaris (as served) on every row."""
+        """Probabilities of vm, fm (fresh history) and vm_solaris (as served) on every row, and
+        of the fair VM (reads the histories) when given."""
         n = len(self)
         users, items, times = (
             np.asarray(x, np.int64) for x in (self.users, self.items, self.times)
@@ -93,16 +99,22 @@ class EvalRows:
         tiers = np.asarray(self.tiers, np.uint8)
         vectors = np.stack(self.vectors) if n else np.zeros((0, self.dim), np.float32)
         p_vm, p_fm, p_sol = (np.zeros(n, np.float32) for _ in range(3))
+        p_fair = None if vm_fair is None else np.zeros(n, np.float32)
         for s in range(0, n, batch):
             e = min(n, s + batch)
             p_vm[s:e] = vm.score(users[s:e], items[s:e], times[s:e])
+            if vm_fair is not None and p_fair is not None:
+                p_fair[s:e] = vm_fair.score(
+                    users[s:e], items[s:e], times[s:e], histories=self.histories[s:e]
+                )
             _, logits = fm.embed(users[s:e], items[s:e], times[s:e], self.histories[s:e])
             p_fm[s:e] = 1.0 / (1.0 + np.exp(-logits))
             fair = {"histories": self.histories[s:e]} if reads_history(solaris) else {}
             p_sol[s:e] = solaris.score(
                 users[s:e], items[s:e], times[s:e], vectors[s:e], tiers[s:e], **fair
             )
-        return Predictions(np.asarray(self.labels, np.int8), tiers, p_vm, p_fm, p_sol)
+        labels = np.asarray(self.labels, np.int8)
+        return Predictions(labels, tiers, p_vm, p_fm, p_sol, p_fair, np.asarray(users))
 
     def score(
         self, vm: PairScorer, fm: EmbeddingModel, solaris: SolarisScorer, batch: int = 4096
@@ -120,6 +132,16 @@ class Predictions:
     vm: np.ndarray
     fm: np.ndarray
     solaris: np.ndarray
+    #: the fair VM's probabilities (None: no fair VM was given)
+    vm_fair: np.ndarray | None = None
+    #: each row's user (the bootstrap resamples users)
+    users: np.ndarray | None = None
+
+    def models(self) -> dict[str, np.ndarray]:
+        out = {"vm": self.vm, "fm": self.fm, "vm_solaris_achieved": self.solaris}
+        if self.vm_fair is not None:
+            out["vm_fair"] = self.vm_fair
+        return out
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """NE/AUC/logloss of each model over all rows."""
@@ -129,10 +151,10 @@ class Predictions:
                 "ne": normalized_entropy(self.labels, p),
                 "auc": auc(self.labels, p),
             }
-            for name, p in (("vm", self.vm), ("fm", self.fm), ("vm_solaris_achieved", self.solaris))
+            for name, p in self.models().items()
         }
 
-    def transfer_by_tier(self) -> dict[str, dict[str, float]]:
+    def transfer_by_tier(self, baseline: str = "vm") -> dict[str, dict[str, float]]:
         """Where the transfer ratio comes from, per served tier.
 
         NE is log-loss over the base rate's entropy, so the overall transfer ratio is
@@ -140,9 +162,10 @@ class Predictions:
         ``contribution`` = the tier's rows' log-loss gain over the plain VM, weighted by their
         share, divided by the overall FM gain (contributions sum to the overall ratio).
         ``transfer_ratio`` is the same ratio within the tier's rows (what that tier keeps of
-        the FM's gain there). Tiers with no rows are left out.
+        the FM's gain there). Tiers with no rows are left out. ``baseline``: "vm" or "vm_fair".
         """
-        gap = log_loss(self.labels, self.vm) - log_loss(self.labels, self.fm)
+        base = self.models()[baseline]
+        gap = log_loss(self.labels, base) - log_loss(self.labels, self.fm)
         out: dict[str, dict[str, float]] = {}
         n = len(self.labels)
         for tier in Tier:
@@ -151,7 +174,7 @@ class Predictions:
             if not k:
                 continue
             y = self.labels[rows]
-            ll_vm, ll_fm, ll_sol = (log_loss(y, p[rows]) for p in (self.vm, self.fm, self.solaris))
+            ll_vm, ll_fm, ll_sol = (log_loss(y, p[rows]) for p in (base, self.fm, self.solaris))
             local_gap = ll_vm - ll_fm
             out[TIER_NAMES[tier]] = {
                 "share": k / n,

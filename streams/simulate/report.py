@@ -120,7 +120,10 @@ def markdown_table(report: dict[str, Any]) -> str:
             "NE on test impressions: "
             + ", ".join(f"{k} {v['ne']:.4f}" for k, v in ne.items())
             + f"; transfer ratio at achieved coverage {report['transfer_ratio_at_achieved']:.3f}"
+            + (" (vs the id-only verifier)" if "vs_fair_vm" in report else "")
         )
+    if "vs_fair_vm" in report:
+        rows.append(fair_vm_line(report["vs_fair_vm"]))
     if "transfer_by_tier" in report:
         rows.append(
             "by served tier (share of test impressions, transfer ratio within, contribution): "
@@ -132,6 +135,25 @@ def markdown_table(report: dict[str, Any]) -> str:
     if "sweep" in report:
         rows += ["", *sweep_table(report["sweep"])]
     return "\n".join(rows)
+
+
+def fair_vm_line(fair: dict[str, Any]) -> str:
+    """The transfer against the fair VM in one line (or why there is none)."""
+    if not fair.get("available"):
+        return f"against the fair VM: none ({fair.get('reason')})"
+
+    def gain(key: str) -> str:
+        lo, hi = fair[f"{key}_ci95"]
+        return f"{fair[key]:+.4f} [{lo:+.4f}, {hi:+.4f}] {fair[f'{key}_is']}"
+
+    tr = fair["transfer_ratio_at_achieved"]
+    lo, hi = fair["transfer_ratio_ci95"]
+    return (
+        f"against the fair VM (NE {fair['ne_vm_fair']:.4f}): FM gain {gain('fm_gain')}, "
+        f"served gain {gain('served_gain')}; transfer ratio at achieved coverage "
+        + ("n/a" if tr is None else f"{tr:.3f} [{lo:.2f}, {hi:.2f}]")
+        + ("" if fair["fm_gain_is"] == "positive" else " (divides by a gain that is not positive)")
+    )
 
 
 def sweep_table(result: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from streams.engine.embedder import EmbeddingModel
 from streams.engine.models import EngineModels
 from streams.simulate.baselines import ForesightScorer, NullFM, RandomScorer
 from streams.simulate.config import SimConfig
+from streams.simulate.fair_baseline import against_fair_vm
 from streams.simulate.report import combine, run_summary
 from streams.simulate.simulator import Simulator
 
@@ -117,7 +118,9 @@ def simulate(
         and models.vm is not None
         and models.solaris is not None
     ):
-        predictions = achieved.eval.predict(models.vm, models.fm, models.solaris)
+        predictions = achieved.eval.predict(
+            models.vm, models.fm, models.solaris, vm_fair=models.vm_fair
+        )
         ne = predictions.metrics()
         report["ne"] = ne
         gap = ne["vm"]["ne"] - ne["fm"]["ne"]
@@ -126,4 +129,5 @@ def simulate(
         )
         report["transfer_by_tier"] = predictions.transfer_by_tier()
         report["eval_impressions"] = len(achieved.eval)
+        report["vs_fair_vm"] = against_fair_vm(predictions)
     return report

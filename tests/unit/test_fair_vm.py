@@ -163,6 +163,52 @@ def test_bundle_serves_the_fair_vm_solaris_with_training_features(
         bundle.solaris.score(users, items, times, np.zeros((n, dim), np.float32), tiers)
 
 
+def test_bundle_ships_the_fair_vm_as_the_simulators_transfer_baseline(
+    impressions: Impressions, run: SeedRun, tmp_path: Path
+) -> None:
+    """vm_fair.onnx is the ranking VM with its streaming features (the baseline the issue's
+    ratios are against), scoring like the torch model; a bundle without it still loads."""
+    import torch
+
+    from models.builder import json_safe, write_bundle
+    from models.bundle import FAIR_VM_FILE, load_bundle
+    from models.user_features import user_stream_inputs
+
+    report = json_safe(evaluate_runs("taste", impressions, [run], FAIR))
+    write_bundle([run], report, FAIR, tmp_path, "f" * 20, {"dataset": "taste"})
+    bundle = load_bundle(tmp_path)
+    assert bundle.vm_fair is not None and bundle.vm_fair.user_features
+    rows = run.split.test[:64]
+    users, items = impressions.user_id[rows], impressions.item_id[rows]
+    times = impressions.event_time_ms[rows]
+    index = HistoryIndex(
+        impressions.user_id, impressions.item_id, impressions.label, impressions.event_time_ms
+    )
+    hists = [
+        UserHistory(
+            impressions.item_id[impressions.user_id == u],
+            impressions.label[impressions.user_id == u],
+            impressions.event_time_ms[impressions.user_id == u],
+        )
+        for u in users
+    ]
+    served = bundle.vm_fair.score(users, items, times, hists)
+    feats = user_stream_inputs(
+        run.item_vocab, items, times, index.gather(users, times, FAIR.history_len)
+    )
+    with torch.no_grad():
+        z = run.vms["vm"].eval()(
+            torch.from_numpy(run.user_vocab.lookup(users)),
+            torch.from_numpy(run.item_vocab.lookup(items)),
+            torch.from_numpy(context_features(times)),
+            user_stats=torch.from_numpy(feats["user_stats"]),
+            recent_pos=torch.from_numpy(feats["recent_pos"]),
+        )
+    np.testing.assert_allclose(served, torch.sigmoid(z).numpy(), atol=1e-5)
+    (tmp_path / FAIR_VM_FILE).unlink()  # a bundle from before CODE_VERSION 11
+    assert load_bundle(tmp_path).vm_fair is None
+
+
 def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     impressions: Impressions, run: SeedRun, tmp_path: Path
 ) -> None:

@@ -235,8 +235,9 @@ def assemble(trained: Path, dest: Path, version: str = "outside-fm-1", **fm: obj
         np.savez(dest / "vocab.npz", fm_items=ITEMS, vm_users=z["vm_users"], vm_items=z["vm_items"])
     for name in ("fm_state.onnx", "fm_decode.onnx", "item_vectors.npz"):
         (dest / name).unlink()
-    for name in ("vm.onnx", "vm_solaris.onnx"):
-        set_model_version(dest / name, version)
+    for name in ("vm.onnx", "vm_solaris.onnx", "vm_fair.onnx"):
+        if (dest / name).is_file():  # vm_fair.onnx: optional
+            set_model_version(dest / name, version)
     return dest
 
 
