@@ -45,16 +45,8 @@ EXEMPT_PAGES = {
 }
 
 #: (page, start of the header row) -> why that table has no "Measured at" line.
-_PENDING = (
-    "PENDING re-measurement (issue 25 item 8 still open): figures from before the fair VM and "
-    "the state tier whose JSON was not kept; "
-)
 _KT_REASON = "knowledge-transfer.md gives the commit and JSONs in the paragraph above"
 EXEMPT_TABLES = {
-    ("architecture.md", "| | synthetic (default world) | ml-latest-small | Taobao slice |"): (
-        _PENDING + "synthetic and ml-latest-small re-run 2026-12-05 "
-        "(results/simulate/), Taobao's simulate did not finish in that session"
-    ),
     ("knowledge-transfer.md", "| data | NE vm (fair) | NE fm |"): (
         _KT_REASON + " ('solaris evaluate at 42ed6ba', JSONs in results/issue22/, each JSON "
         "carrying its commit and date)"
