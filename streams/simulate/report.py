@@ -122,16 +122,18 @@ def markdown_table(report: dict[str, Any]) -> str:
             + f"; transfer ratio at achieved coverage {report['transfer_ratio_at_achieved']:.3f}"
             + (" (vs the id-only verifier)" if "vs_fair_vm" in report else "")
         )
-    if "vs_fair_vm" in report:
-        rows.append(fair_vm_line(report["vs_fair_vm"]))
     if "transfer_by_tier" in report:
         rows.append(
-            "by served tier (share of test impressions, transfer ratio within, contribution): "
+            "by served tier (share of test impressions, transfer ratio within, contribution"
+            + (", vs the id-only verifier" if "vs_fair_vm" in report else "")
+            + "): "
             + "; ".join(
                 f"{tier} {v['share']:.3f}, {v['transfer_ratio']:.3f}, {v['contribution']:.3f}"
                 for tier, v in report["transfer_by_tier"].items()
             )
         )
+    if "vs_fair_vm" in report:
+        rows.append(fair_vm_line(report["vs_fair_vm"]))
     if "sweep" in report:
         rows += ["", *sweep_table(report["sweep"])]
     return "\n".join(rows)
