@@ -49,13 +49,13 @@ def worker(
     from streams.topics import create_changelog_topics, create_topics
 
     settings = Settings()
-    release_freed_memory(settings.malloc_release_kib)  # before the models and tables allocate
     roles = set(ROLES) if agents == "all" else {a.strip() for a in agents.split(",") if a.strip()}
     if "embed" in roles and len(roles) > 1 and roles != set(ROLES):
         fail("run 'embed' alone (its own group) or with every role ('all')", console=console)
         raise typer.Exit(2)
     create_topics(settings)
     _refuse_unless_copartitioned(settings)  # fail fast, before loading models
+    release_freed_memory(settings.malloc_release_kib)  # before the models and tables allocate
     models, path = load_models(settings, bundle)
     store = store_from_settings(settings)
     parts = Components(settings, models, store)
