@@ -114,18 +114,28 @@ def markdown_table(report: dict[str, Any]) -> str:
         + ", precision "
         f"{report['speculation_precision']:.3f}, verifier drop rate {report['verifier_drop_rate']:.3f}"
     )
+    rows += quality_lines(report)
+    if "sweep" in report:
+        rows += ["", *sweep_table(report["sweep"])]
+    return "\n".join(rows)
+
+
+def quality_lines(report: dict[str, Any]) -> list[str]:
+    """NE on test impressions, the transfer ratio and its split by tier; then against the fair
+    VM (the id-only figures say so when both are there)."""
+    rows = []
+    id_only = "vs the id-only verifier" if "vs_fair_vm" in report else ""
     if "ne" in report:
-        ne = report["ne"]
         rows.append(
             "NE on test impressions: "
-            + ", ".join(f"{k} {v['ne']:.4f}" for k, v in ne.items())
+            + ", ".join(f"{k} {v['ne']:.4f}" for k, v in report["ne"].items())
             + f"; transfer ratio at achieved coverage {report['transfer_ratio_at_achieved']:.3f}"
-            + (" (vs the id-only verifier)" if "vs_fair_vm" in report else "")
+            + (f" ({id_only})" if id_only else "")
         )
     if "transfer_by_tier" in report:
         rows.append(
             "by served tier (share of test impressions, transfer ratio within, contribution"
-            + (", vs the id-only verifier" if "vs_fair_vm" in report else "")
+            + (f", {id_only}" if id_only else "")
             + "): "
             + "; ".join(
                 f"{tier} {v['share']:.3f}, {v['transfer_ratio']:.3f}, {v['contribution']:.3f}"
@@ -134,9 +144,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         )
     if "vs_fair_vm" in report:
         rows.append(fair_vm_line(report["vs_fair_vm"]))
-    if "sweep" in report:
-        rows += ["", *sweep_table(report["sweep"])]
-    return "\n".join(rows)
+    return rows
 
 
 def fair_vm_line(fair: dict[str, Any]) -> str:
