@@ -110,6 +110,18 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
     assert "Against the id-only VM" in text
 
 
+def whole_histories(impressions: Impressions, users: np.ndarray) -> list[UserHistory]:
+    """Each row's user's every impression (the scorer cuts it before the row's time)."""
+    return [
+        UserHistory(
+            impressions.item_id[impressions.user_id == u],
+            impressions.label[impressions.user_id == u],
+            impressions.event_time_ms[impressions.user_id == u],
+        )
+        for u in users
+    ]
+
+
 def test_bundle_serves_the_fair_vm_solaris_with_training_features(
     impressions: Impressions, run: SeedRun, tmp_path: Path
 ) -> None:
@@ -128,14 +140,7 @@ def test_bundle_serves_the_fair_vm_solaris_with_training_features(
     rows = run.split.test[:64]
     users, items = impressions.user_id[rows], impressions.item_id[rows]
     times = impressions.event_time_ms[rows]
-    hists = [
-        UserHistory(
-            impressions.item_id[impressions.user_id == u],
-            impressions.label[impressions.user_id == u],
-            impressions.event_time_ms[impressions.user_id == u],
-        )
-        for u in users
-    ]
+    hists = whole_histories(impressions, users)
     n, dim = len(rows), FAIR.embedding_dim
     tiers = np.full(n, TIER_MISSING, np.int64)
     served = bundle.solaris.score(users, items, times, np.zeros((n, dim), np.float32), tiers, hists)
@@ -184,14 +189,7 @@ def test_bundle_ships_the_fair_vm_as_the_simulators_transfer_baseline(
     index = HistoryIndex(
         impressions.user_id, impressions.item_id, impressions.label, impressions.event_time_ms
     )
-    hists = [
-        UserHistory(
-            impressions.item_id[impressions.user_id == u],
-            impressions.label[impressions.user_id == u],
-            impressions.event_time_ms[impressions.user_id == u],
-        )
-        for u in users
-    ]
+    hists = whole_histories(impressions, users)
     served = bundle.vm_fair.score(users, items, times, hists)
     feats = user_stream_inputs(
         run.item_vocab, items, times, index.gather(users, times, FAIR.history_len)
