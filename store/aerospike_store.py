@@ -1,4 +1,5 @@
-"""Aerospike backend (production): one ``batch_read`` per read, one ``batch_write`` per write.
+"""Aerospike backend (production): one ``batch_read`` per read, one ``batch_write`` per write
+(pairs, aggregates and states: a ``batch_read`` then a guarded ``batch_write``, see below).
 
 Records live in three sets (``pair``, ``agg``, ``nb``) of one namespace, with the value in bin
 ``v`` and the TTL as record TTL (seconds, rounded up). Aerospike places records by key digest,
@@ -13,11 +14,13 @@ written as numbered chunk records (set ``snapc``) followed by a small manifest (
 name, write id, chunk count, size, CRC-32). Chunks are overwritten in place, so storage stays
 bounded; a reader keeps a snapshot only if every chunk carries the manifest's write id and the
 size and CRC match, so a torn or half-written snapshot is re-read or skipped, never mixed.
+Pair, aggregate and state writes are conditional, with the rule the Redis scripts run (an older
+event time never replaces a newer one of the same model; a state key keeps the two newest
+states): check-and-set on the record generation, :mod:`store.aerospike_cas`. Neighbour lists,
+histories and snapshots are written unconditionally, as on Redis.
 The ``aerospike`` client is imported lazily: it is an optional extra (``solaris[aerospike]``).
 
-A secured cluster takes :class:`AerospikeAuth`: user/password (internal authentication) and TLS
-(the nodes' TLS name and the CA that signs their certificates); :func:`client_config` turns it
-into the client's config dict.
+Hosts, credentials and TLS: :mod:`store.aerospike_config`.
 """
 
 from __future__ import annotations
@@ -26,14 +29,23 @@ import logging
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from schemas.records import NeighbourList, PairEmbedding, UserAggregate
+from store.aerospike_cas import (
+    CONFLICT_CODES,
+    DEFAULT_ATTEMPTS,
+    GuardedWrite,
+    Merge,
+    Stored,
+    group_in_order,
+    plan,
+)
+from store.aerospike_config import AerospikeAuth, client_config, connect
+from store.conditional_writes import newer_or_equal
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocol import ReadBatch, ReadResult
-from store.state_slots import StateWrites, state_items
+from store.state_slots import StateWrites, merge_state, state_items
 from store.values import encode_aggregate, encode_neighbours, encode_pair
 
 log = logging.getLogger(__name__)
@@ -50,61 +62,10 @@ _SNAPSHOT_READ_ATTEMPTS = 3  # a snapshot rewritten while being read is read aga
 _OK = 0
 _NOT_FOUND = 2  # RecordNotFound
 _TIMEOUT = 9  # TimeoutError
+_BATCH_FAILED = -16  # BatchFailed: some records of the batch failed (each says why)
+_OK_ONLY = frozenset({_OK})
 
 Key = tuple[str, str, str]
-
-
-def parse_hosts(hosts: str) -> list[tuple[str, int]]:
-    """``"h1:3000,h2"`` -> ``[("h1", 3000), ("h2", 3000)]``."""
-    out = []
-    for part in filter(None, (p.strip() for p in hosts.split(","))):
-        host, _, port = part.partition(":")
-        out.append((host, int(port) if port else 3000))
-    if not out:
-        raise ValueError("no Aerospike hosts given")
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class AerospikeAuth:
-    """Credentials and TLS of a secured Aerospike cluster; empty fields are not used.
-
-    ``tls_name`` turns TLS on: it is the name the nodes' certificates carry (Aerospike checks
-    it instead of the address). ``password`` is left out of ``repr`` so it is never logged.
-    """
-
-    user: str = ""
-    password: str = field(default="", repr=False)
-    tls_name: str = ""
-    tls_cafile: str = ""
-
-
-def client_config(hosts: str, auth: AerospikeAuth | None = None) -> dict[str, Any]:
-    """The ``aerospike.client`` config for ``hosts`` and ``auth``.
-
-    Raises ``ValueError`` for an inconsistent ``auth`` (a user without password or the reverse,
-    a CA file without a TLS name, a CA file that does not exist)."""
-    auth = auth or AerospikeAuth()
-    problems = []
-    if bool(auth.user) != bool(auth.password):
-        problems.append("SOLARIS_AEROSPIKE_USER and SOLARIS_AEROSPIKE_PASSWORD go together")
-    if auth.tls_cafile and not auth.tls_name:
-        problems.append("SOLARIS_AEROSPIKE_TLS_CAFILE needs SOLARIS_AEROSPIKE_TLS_NAME")
-    if auth.tls_cafile and not Path(auth.tls_cafile).is_file():
-        problems.append(f"SOLARIS_AEROSPIKE_TLS_CAFILE={auth.tls_cafile} is not a readable file")
-    if problems:
-        raise ValueError("Aerospike security settings: " + "; ".join(problems))
-    seeds = parse_hosts(hosts)
-    config: dict[str, Any] = {"hosts": seeds}
-    if auth.user:
-        config["user"] = auth.user
-        config["password"] = auth.password
-    if auth.tls_name:
-        config["hosts"] = [(host, port, auth.tls_name) for host, port in seeds]
-        config["tls"] = {"enable": True}
-        if auth.tls_cafile:
-            config["tls"]["cafile"] = auth.tls_cafile
-    return config
 
 
 def ttl_seconds(ttl_ms: int) -> int:
@@ -145,47 +106,115 @@ class AerospikeStore:
         self._sets = {
             k: f"{set_prefix}_{k}" for k in ("pair", "agg", "nb", "hist", "st", "snap", "snapc")
         }
-        self._client = client if client is not None else _connect(client_config(hosts, auth))
+        self._client = client if client is not None else connect(client_config(hosts, auth))
         #: Number of read round trips served (tests assert the reader's budget with it).
         self.round_trips = 0
+        #: new values the conditional-write rule skipped (an older event time than stored)
+        self.stale_skipped = 0
+        #: keys written again because another writer changed them between read and write
+        self.cas_retries = 0
+        self.cas_attempts = DEFAULT_ATTEMPTS
 
     def _key(self, kind: str, ident: str) -> Key:
         return (self.namespace, self._sets[kind], ident)
 
     def _write(self, items: list[tuple[Key, dict[str, Any]]], ttl_ms: int) -> None:
-        """One ``batch_write`` of whole records (bin name -> value), all with one TTL."""
+        """One unconditional ``batch_write`` of whole records (bin name -> value), one TTL."""
         if not items:
             return
-        from aerospike_helpers.batch.records import BatchRecords, Write
+        from aerospike_helpers.batch.records import Write
         from aerospike_helpers.operations import operations as ops
 
         meta = {"ttl": ttl_seconds(ttl_ms)}
-        records = BatchRecords(
-            [
-                Write(key, [ops.write(b, v) for b, v in bins.items()], meta=meta)
-                for key, bins in items
-            ]
-        )
+        records = [
+            Write(key, [ops.write(b, v) for b, v in bins.items()], meta=meta) for key, bins in items
+        ]
+        self._send_writes(records)
+
+    def _send_writes(self, records: list[Any], ok: frozenset[int] = _OK_ONLY) -> list[int]:
+        """One ``batch_write``; each record's result code (raises unless all are in ``ok``)."""
+        from aerospike_helpers.batch.records import BatchRecords
+
         try:
-            result = self._client.batch_write(records, {"total_timeout": _WRITE_TIMEOUT_MS})
+            result = self._client.batch_write(
+                BatchRecords(records), {"total_timeout": _WRITE_TIMEOUT_MS}
+            )
         except self._aero_exc.TimeoutError as exc:
             raise StoreTimeout(f"aerospike write timed out: {exc}") from exc
         except self._aero_exc.AerospikeError as exc:
             raise StoreUnavailable(f"aerospike write failed: {exc}") from exc
-        _check_batch("write", result, len(items), absent_ok=False)
+        _check_batch("write", result, len(records), ok=ok)
+        return [br.result for br in result.batch_records]
+
+    def _write_newer(
+        self, kind: str, items: list[tuple[str, bytes]], merge: Merge, ttl_ms: int
+    ) -> None:
+        """Check-and-set writes (:mod:`store.aerospike_cas`): per key, the rule ``merge`` folds
+        the new values over the stored one and the result is written only if the record did
+        not change since it was read; a key another writer changed meanwhile is tried again."""
+        pending = group_in_order(items)
+        for _ in range(self.cas_attempts):
+            if not pending:
+                return
+            stored = self._read_stored(kind, list(pending))
+            attempt = plan(stored, pending, merge)
+            codes = self._send_guarded(kind, attempt.writes, ttl_ms)
+            contended = {
+                w.ident for w, code in zip(attempt.writes, codes, strict=True) if code != _OK
+            }
+            self.stale_skipped += sum(
+                n for ident, n in attempt.skipped.items() if ident not in contended
+            )
+            self.cas_retries += len(contended)
+            pending = {ident: pending[ident] for ident in contended}
+        if pending:
+            raise StoreUnavailable(
+                f"aerospike conditional write: {len(pending)} {kind} records changed by other "
+                f"writers on each of {self.cas_attempts} attempts"
+            )
+
+    def _read_stored(self, kind: str, idents: list[str]) -> dict[str, Stored]:
+        keys = [self._key(kind, ident) for ident in idents]
+        found = self._batch_read_records(keys, [_BIN], _WRITE_TIMEOUT_MS, max_retries=1)
+        return {
+            ident: Stored(_bytes(rec[2].get(_BIN)), int(rec[1]["gen"]))
+            for ident, rec in zip(idents, found, strict=True)
+            if rec is not None
+        }
+
+    def _send_guarded(self, kind: str, writes: list[GuardedWrite], ttl_ms: int) -> list[int]:
+        if not writes:
+            return []
+        import aerospike
+        from aerospike_helpers.batch.records import Write
+        from aerospike_helpers.operations import operations as ops
+
+        ttl = ttl_seconds(ttl_ms)
+        replace = {"gen": aerospike.POLICY_GEN_EQ}
+        create = {"exists": aerospike.POLICY_EXISTS_CREATE}
+        records = [
+            Write(
+                self._key(kind, w.ident),
+                [ops.write(_BIN, bytearray(w.value))],
+                meta={"ttl": ttl, "gen": w.generation} if w.generation else {"ttl": ttl},
+                policy=replace if w.generation else create,
+            )
+            for w in writes
+        ]
+        return self._send_writes(records, ok=_OK_ONLY | CONFLICT_CODES)
 
     def _write_values(self, items: list[tuple[Key, bytes]], ttl_ms: int) -> None:
         self._write([(key, {_BIN: bytearray(value)}) for key, value in items], ttl_ms)
 
     def write_pairs(self, pairs: Sequence[PairEmbedding], ttl_ms: int) -> None:
-        self._write_values(
-            [(self._key("pair", f"{r.user_id}:{r.item_id}"), encode_pair(r)) for r in pairs], ttl_ms
-        )
+        """Conditional: an older event time never replaces a newer one of the same model."""
+        items = [(f"{r.user_id}:{r.item_id}", encode_pair(r)) for r in pairs]
+        self._write_newer("pair", items, _newer_or_equal, ttl_ms)
 
     def write_aggregates(self, aggregates: Sequence[UserAggregate], ttl_ms: int) -> None:
-        self._write_values(
-            [(self._key("agg", str(r.user_id)), encode_aggregate(r)) for r in aggregates], ttl_ms
-        )
+        """Conditional, like pairs."""
+        items = [(str(r.user_id), encode_aggregate(r)) for r in aggregates]
+        self._write_newer("agg", items, _newer_or_equal, ttl_ms)
 
     def write_neighbours(self, lists: Sequence[NeighbourList], ttl_ms: int) -> None:
         self._write_values(
@@ -198,17 +227,26 @@ class AerospikeStore:
         )
 
     def write_states(self, states: StateWrites, ttl_ms: int) -> None:
-        """Unconditional, like every Aerospike write (conditional writes: Redis and memory):
-        one state per user, the last written (no previous state, see :mod:`store.state_slots`)."""
-        last = dict(state_items(states))
-        self._write_values(
-            [(self._key("st", str(user)), value) for user, value in last.items()], ttl_ms
-        )
+        """The state key's rule (:func:`~store.state_slots.merge_state`, as the Redis script):
+        the two newest states per user, an older one never replaces the newest."""
+        items = [(str(user), value) for user, value in state_items(states)]
+
+        def merge(old: bytes | None, new: bytes) -> bytes | None:
+            return merge_state(old, new, ttl_ms)
+
+        self._write_newer("st", items, merge, ttl_ms)
 
     def _batch_read(
         self, keys: list[Key], bins: list[str], timeout_ms: float, max_retries: int
     ) -> list[dict[str, Any] | None]:
         """Bins of each key (``None`` = not found), in key order; errors become StoreErrors."""
+        found = self._batch_read_records(keys, bins, timeout_ms, max_retries)
+        return [rec[2] if rec is not None else None for rec in found]
+
+    def _batch_read_records(
+        self, keys: list[Key], bins: list[str], timeout_ms: float, max_retries: int
+    ) -> list[tuple[Any, dict[str, Any], dict[str, Any]] | None]:
+        """Each key's record ``(key, meta, bins)`` (``None`` = not found), in key order."""
         policy = {"total_timeout": max(1, int(timeout_ms)), "max_retries": max_retries}
         try:
             result = self._client.batch_read(keys, bins, policy)
@@ -216,9 +254,9 @@ class AerospikeStore:
             raise StoreTimeout(f"aerospike read exceeded {timeout_ms} ms") from exc
         except self._aero_exc.AerospikeError as exc:
             raise StoreUnavailable(f"aerospike read failed: {exc}") from exc
-        _check_batch("read", result, len(keys), absent_ok=True)
+        _check_batch("read", result, len(keys), ok=frozenset({_OK, _NOT_FOUND}))
         return [
-            br.record[2] if br.result == _OK and br.record is not None else None
+            br.record if br.result == _OK and br.record is not None else None
             for br in result.batch_records
         ]
 
@@ -307,25 +345,13 @@ class AerospikeStore:
         self._client.close()
 
 
-def _connect(config: dict[str, Any]) -> Any:
-    import aerospike
-    from aerospike import exception as aero_exc
-
-    try:
-        return aerospike.client(config).connect()
-    except aero_exc.AerospikeError as exc:
-        seeds = ",".join(f"{h[0]}:{h[1]}" for h in config["hosts"])
-        raise StoreUnavailable(f"cannot connect to Aerospike at {seeds}: {exc}") from exc
-
-
-def _check_batch(op: str, result: Any, n: int, *, absent_ok: bool) -> None:
-    """Raise unless every record of a batch succeeded (or, for reads, was just not found)."""
+def _check_batch(op: str, result: Any, n: int, *, ok: frozenset[int]) -> None:
+    """Raise unless every record of a batch got a result code in ``ok`` (reads: found or not
+    found; guarded writes: written or lost to another writer)."""
     records = result.batch_records
     if len(records) != n:
         raise StoreUnavailable(f"aerospike {op}: {len(records)} results for {n} records")
-    failed = [
-        br for br in records if br.result != _OK and not (absent_ok and br.result == _NOT_FOUND)
-    ]
+    failed = [br for br in records if br.result not in ok]
     if result.result == _TIMEOUT or (failed and all(br.result == _TIMEOUT for br in failed)):
         raise StoreTimeout(f"aerospike {op} timed out ({len(failed)} of {n} records unanswered)")
     if failed:
@@ -333,8 +359,13 @@ def _check_batch(op: str, result: Any, n: int, *, absent_ok: bool) -> None:
             f"aerospike {op}: {len(failed)} of {n} records failed "
             f"(first result code {failed[0].result})"
         )
-    if result.result != _OK:
+    if result.result not in (_OK, _BATCH_FAILED):
         raise StoreUnavailable(f"aerospike {op} failed (batch result code {result.result})")
+
+
+def _newer_or_equal(old: bytes | None, new: bytes) -> bytes | None:
+    """The pair and aggregate rule as a :data:`~store.aerospike_cas.Merge`."""
+    return new if newer_or_equal(old, new) else None
 
 
 def _is_manifest(bins: dict[str, Any] | None) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store.aerospike_store import AerospikeAuth
+from store.aerospike_config import AerospikeAuth
 from store.keys import KeyLayout
 from store.protocol import FeatureStore
 from store.redis_writes import ReplicaAck

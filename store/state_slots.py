@@ -19,8 +19,8 @@ same length concatenated (newest, previous). The write rule, atomic per key:
 - an older new state: skip (counted as stale, like pairs and aggregates).
 
 Redis runs the rule as a Lua script (:data:`KEEP_PREVIOUS`); the in-memory store runs
-:func:`merge_state`, the same rule in Python. Aerospike writes stay unconditional and keep one
-state (its reader path accepts either form).
+:func:`merge_state`, the same rule in Python; Aerospike runs :func:`merge_state` between a
+read and a generation-guarded write (:mod:`store.aerospike_cas`).
 """
 
 from __future__ import annotations

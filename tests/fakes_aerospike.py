@@ -24,6 +24,8 @@ from aerospike_helpers.batch.records import BatchRecord, BatchRecords, Write
 # Result codes: the ``code`` of the matching ``aerospike.exception`` class.
 OK = 0
 NOT_FOUND = 2  # RecordNotFound
+GENERATION = 3  # RecordGenerationError
+RECORD_EXISTS = 5  # RecordExistsError
 TIMEOUT = 9  # TimeoutError
 RECORD_TOO_BIG = 13  # RecordTooBig
 NO_RESPONSE = -15  # NoResponse: the record was never answered
@@ -135,11 +137,30 @@ class FakeAerospikeClient:
         if size > self.record_limit:
             return RECORD_TOO_BIG
         old = self._live((ns, set_, pk))
+        refused = self._guard(br, old)
+        if refused:
+            return refused
         merged = {**(old.bins if old else {}), **bins}
         expires = self.clock_ms() + ttl * 1000
         self.records[(ns, set_, pk)] = _Record(
             merged, expires, ttl, (old.gen + 1) if old else 1, pk if send else None
         )
+        return OK
+
+    @staticmethod
+    def _guard(br: Write, old: _Record | None) -> int:
+        """The server's generation and existence checks: a result code, or 0 to write.
+
+        ``POLICY_GEN_EQ`` writes only if the record's generation equals ``meta["gen"]`` (a
+        missing record fails it too here, the stricter reading); ``POLICY_EXISTS_CREATE`` only
+        if the record does not exist."""
+        policy = br.policy or {}
+        if policy.get("exists") == aerospike.POLICY_EXISTS_CREATE and old is not None:
+            return RECORD_EXISTS
+        if policy.get("gen") == aerospike.POLICY_GEN_EQ:
+            expected = (br.meta or {}).get("gen")
+            if old is None or old.gen != expected:
+                return GENERATION
         return OK
 
     def batch_read(

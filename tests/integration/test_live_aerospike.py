@@ -57,7 +57,7 @@ def aerospike_client(settings: Settings) -> Iterator[Any]:
     """A raw client on the run's server (counts and clean-up are not store operations)."""
     import aerospike
 
-    from store.aerospike_store import client_config
+    from store.aerospike_config import client_config
     from streams.stores import aerospike_auth
 
     client = aerospike.client(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from store.aerospike_store import AerospikeAuth, client_config
+from store.aerospike_config import AerospikeAuth, client_config
 from store.errors import StoreUnavailable
 from streams.settings import Settings
 from streams.stores import aerospike_auth, store_from_settings

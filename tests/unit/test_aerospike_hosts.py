@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.aerospike_store import parse_hosts
+from store.aerospike_config import parse_hosts
 
 
 def test_parse_hosts_defaults_port() -> None:

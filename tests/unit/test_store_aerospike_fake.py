@@ -61,27 +61,6 @@ def advance(clock: _Clock) -> Callable[[int], None]:
 
 
 class TestAerospikeStoreOnFake(StoreContract):
-    # Aerospike writes stay unconditional (issue 24 item 7 left there: a compare needs the event
-    # time in its own bin and a filter expression on the batch write): strict xfail, so the
-    # day it is built this turns red until the marks go.
-    _NOT_CONDITIONAL = pytest.mark.xfail(strict=True, reason="aerospike writes are unconditional")
-
-    @_NOT_CONDITIONAL
-    def test_an_older_pair_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
-        super().test_an_older_pair_never_replaces_a_newer_one(store)
-
-    @_NOT_CONDITIONAL
-    def test_an_older_aggregate_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
-        super().test_an_older_aggregate_never_replaces_a_newer_one(store)
-
-    @_NOT_CONDITIONAL
-    def test_an_older_state_never_replaces_a_newer_one(self, store: AerospikeStore) -> None:
-        super().test_an_older_state_never_replaces_a_newer_one(store)
-
-    @_NOT_CONDITIONAL
-    def test_the_previous_state_is_kept_beside_the_newest(self, store: AerospikeStore) -> None:
-        super().test_the_previous_state_is_kept_beside_the_newest(store)
-
     """The shared contract, with physical TTL on the fake's clock."""
 
 
