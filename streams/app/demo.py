@@ -280,7 +280,7 @@ def summary_json(
     }
     if offline is not None:
         keys: tuple[str, ...] = ("cumulative", "fm_pairs_per_request", "speculation_precision")
-        keys += ("ne", "transfer_ratio_at_achieved", "eval_impressions")
+        keys += ("ne", "transfer_ratio_at_achieved", "vs_fair_vm", "eval_impressions")
         out["offline"] = {k: offline[k] for k in keys if k in offline}
     return out
 
@@ -317,7 +317,7 @@ def _live_quality(run: Settings, bundle: Path, report: Report) -> dict[str, Any]
 
     report("live quality: joining the ranker's scores to impressions")
     models, _ = load_models(run, bundle)
-    return live_quality(run, models.fm)
+    return live_quality(run, models.fm, vm_fair=models.vm_fair)
 
 
 def watched_replay(

@@ -230,6 +230,15 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
             f"as served {ne['vm_solaris_achieved']['ne']:.4f}, fm {ne['fm']['ne']:.4f}, "
             f"transfer ratio {offline['transfer_ratio_at_achieved']:.3f}"
         )
+    fair = offline.get("vs_fair_vm") or {}
+    if fair.get("available"):
+        ratio = fair["transfer_ratio_at_achieved"]
+        lo, hi = fair["transfer_ratio_ci95"]
+        console.print(
+            f"offline simulator vs the fair VM (NE {fair['ne_vm_fair']:.4f}): FM gain "
+            f"{fair['fm_gain']:+.4f} ({fair['fm_gain_is']}), transfer ratio "
+            + (f"{ratio:.3f} ({lo:.3f} … {hi:.3f})" if ratio is not None else "undefined")
+        )
     behind = summary.get("pipeline_behind_s") or {}
     if behind:
         console.print(

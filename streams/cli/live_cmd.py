@@ -387,17 +387,17 @@ def coverage(
     from streams.live.report import coverage_table, live_summary
 
     settings = Settings()
-    fm = None
+    models = None
     if quality:
         from streams.models_loader import load_models
 
-        fm = load_models(settings, bundle)[0].fm
+        models = load_models(settings, bundle)[0]
     while True:
         summary = live_summary(settings)
-        if fm is not None:
+        if models is not None:
             from streams.live.quality import live_quality
 
-            summary["quality"] = live_quality(settings, fm)
+            summary["quality"] = live_quality(settings, models.fm, vm_fair=models.vm_fair)
         if as_json:
             import json
 

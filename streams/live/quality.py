@@ -7,6 +7,10 @@ computed on exactly the impressions the ranker scored, next to the FM with *fres
 the same impressions (computed here, offline, since the FM is too slow for the request path),
 so the live transfer ratio TR = (NE_vm − NE_served) / (NE_vm − NE_fm) is measured on one set.
 Its 95 % interval comes from a bootstrap over users (``models.metrics.user_bootstrap``).
+The plain VM of the ``scores`` topic is the id-only verifier; given the bundle's fair VM, the
+audit also scores it on the same impressions (offline, from the same histories as the FM) and
+reports the gains and the transfer ratio against it (``vs_fair_vm``,
+:func:`models.fair_gain.gains_over_fair_vm`, the simulator's definition).
 
 The FM's history for an impression is what was known strictly before its request, built from
 the impressions in event-time order exactly as the simulator builds it, so in a lockstep run the
@@ -22,17 +26,20 @@ from typing import Any
 
 import numpy as np
 
+from models.fair_gain import gains_over_fair_vm
 from models.metrics import normalized_entropy, transfer_ratio, user_bootstrap
 from schemas.errors import SchemaError
 from schemas.records import ImpressionEvent
 from streams.codecs import make_codec
 from streams.engine.embedder import EmbeddingModel
 from streams.engine.history import HistoryBook, UserHistory
+from streams.engine.verifier import HistoryPairScorer
 from streams.settings import Settings
 from streams.topic_reader import read_topic
 
 #: fewer joined impressions than this (or a single class) and no figure is reported
 MIN_IMPRESSIONS = 20
+NO_FAIR_VM = "the bundle has no fair VM (vm_fair.onnx): the ratio is against the id-only VM only"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +133,25 @@ def fm_probabilities(rows: JoinedRows, fm: EmbeddingModel, batch: int = 4096) ->
     return out
 
 
-def quality_summary(rows: JoinedRows, p_fm: np.ndarray, replicates: int = 500) -> dict[str, Any]:
-    """NE of vm, vm_solaris as served and the FM; live TR with a user-bootstrap 95 % interval."""
+def fair_vm_probabilities(
+    rows: JoinedRows, vm_fair: HistoryPairScorer, batch: int = 4096
+) -> np.ndarray:
+    """The fair VM's probability for each joined impression, from the same histories as the
+    FM's (float32 [n])."""
+    out = np.zeros(len(rows.labels), np.float32)
+    for s in range(0, len(out), batch):
+        e = min(len(out), s + batch)
+        out[s:e] = vm_fair.score(
+            rows.users[s:e], rows.items[s:e], rows.times[s:e], histories=rows.histories[s:e]
+        )
+    return out
+
+
+def quality_summary(
+    rows: JoinedRows, p_fm: np.ndarray, replicates: int = 500, p_fair: np.ndarray | None = None
+) -> dict[str, Any]:
+    """NE of vm, vm_solaris as served and the FM; live TR with a user-bootstrap 95 % interval;
+    with ``p_fair``, the fair VM's NE and the gains and TR against it (``vs_fair_vm``)."""
     y = rows.labels
     out: dict[str, Any] = {"impressions": len(y), "unjoined": rows.unjoined}
     if len(y) < MIN_IMPRESSIONS or y.min() == y.max():
@@ -151,6 +175,13 @@ def quality_summary(rows: JoinedRows, p_fm: np.ndarray, replicates: int = 500) -
         transfer_ratio_ci=list(boot.tr_interval["served"]),
         ne_ci={k: list(v) for k, v in boot.ne_interval.items()},
     )
+    if p_fair is None:
+        out["vs_fair_vm"] = {"available": False, "reason": NO_FAIR_VM}
+        return out
+    ne["vm_fair"] = normalized_entropy(y, p_fair)
+    probs = {"vm_fair": p_fair, "fm": p_fm, "vm_solaris_served": rows.served}
+    gains = gains_over_fair_vm(rows.users, y, probs, "vm_solaris_served", replicates)
+    out["vs_fair_vm"] = {"available": True, **gains}
     return out
 
 
@@ -182,10 +213,19 @@ def read_impressions(settings: Settings) -> list[ImpressionEvent]:
     return out
 
 
-def live_quality(settings: Settings, fm: EmbeddingModel, replicates: int = 500) -> dict[str, Any]:
-    """Read ``scores`` and ``impressions`` back from Kafka and measure live quality."""
+def live_quality(
+    settings: Settings,
+    fm: EmbeddingModel,
+    replicates: int = 500,
+    vm_fair: HistoryPairScorer | None = None,
+) -> dict[str, Any]:
+    """Read ``scores`` and ``impressions`` back from Kafka and measure live quality (against
+    the fair VM too when the bundle has one)."""
     rows = join(read_scores(settings), read_impressions(settings), settings.history_len)
-    return quality_summary(rows, fm_probabilities(rows, fm), replicates)
+    p_fair = (
+        fair_vm_probabilities(rows, vm_fair) if vm_fair is not None and len(rows.labels) else None
+    )
+    return quality_summary(rows, fm_probabilities(rows, fm), replicates, p_fair)
 
 
 class QualityMeter:

@@ -90,8 +90,36 @@ def quality_rows(quality: dict[str, Any] | None) -> list[tuple[str, str]]:
         ("live NE vm / vm_solaris served", f"{ne['vm']:.4f} / {ne['vm_solaris_served']:.4f}"),
         ("NE fm (fresh history, offline)", f"{ne['fm']:.4f}"),
         (
-            "live transfer ratio (95 % CI)",
+            "live transfer ratio vs id-only VM (95 % CI)",
             f"{quality['transfer_ratio']:.3f} ({lo:.3f} … {hi:.3f}), "
             f"{quality['impressions']:,} impressions",
+        ),
+        *fair_vm_rows(quality.get("vs_fair_vm")),
+    ]
+
+
+def _ratio(value: float | None, ci: list[float]) -> str:
+    if value is None:
+        return "undefined (no FM gain)"
+    return f"{value:.3f} ({ci[0]:.3f} … {ci[1]:.3f})"
+
+
+def fair_vm_rows(fair: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Rows of the gains over the fair VM (:func:`models.fair_gain.gains_over_fair_vm`)."""
+    if not fair:
+        return []
+    if not fair.get("available"):
+        return [("vs fair VM", fair.get("reason", "not measured"))]
+
+    def gain(key: str) -> str:
+        lo, hi = fair[f"{key}_ci95"]
+        return f"{fair[key]:+.4f} [{lo:+.4f}, {hi:+.4f}] {fair[f'{key}_is']}"
+
+    return [
+        ("live NE fair VM", f"{fair['ne_vm_fair']:.4f}"),
+        ("FM / served gain over fair VM", f"{gain('fm_gain')} / {gain('served_gain')}"),
+        (
+            "live transfer ratio vs fair VM (95 % CI)",
+            _ratio(fair["transfer_ratio"], fair["transfer_ratio_ci95"]),
         ),
     ]

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.metrics import user_bootstrap
+from models.fair_gain import gains_over_fair_vm, verdict
 from streams.simulate.evaluation import Predictions
+
+__all__ = ["ABSENT", "SERVED", "against_fair_vm", "verdict"]
 
 ABSENT = (
     "the bundle has no vm_fair.onnx (trained before CODE_VERSION 11, or with "
@@ -22,40 +24,17 @@ ABSENT = (
 SERVED = "vm_solaris_achieved"
 
 
-def verdict(interval: tuple[float, float]) -> str:
-    """ "positive" / "negative" when the 95 % interval excludes 0, else "within noise"."""
-    lo, hi = interval
-    return "positive" if lo > 0 else "negative" if hi < 0 else "within noise"
-
-
 def against_fair_vm(pred: Predictions, replicates: int = 1000, seed: int = 0) -> dict[str, Any]:
     """NE gains over the fair VM (FM's and the served model's, paired intervals) and the
-    transfer ratio at achieved coverage against it, overall and per served tier."""
+    transfer ratio at achieved coverage against it, overall and per served tier
+    (:func:`models.fair_gain.gains_over_fair_vm`, which the live audit uses too)."""
     if pred.vm_fair is None or pred.users is None:
         return {"available": False, "reason": ABSENT}
-    ne = {name: m["ne"] for name, m in pred.metrics().items()}
-    boot = user_bootstrap(
-        pred.users,
-        pred.labels,
-        {name: [p] for name, p in pred.models().items()},
-        {"served": SERVED},
-        vm="vm_fair",
-        fm="fm",
-        replicates=replicates,
-        seed=seed,
-        diff_pairs={"fm_gain": ("vm_fair", "fm"), "served_gain": ("vm_fair", SERVED)},
-    )
-    fm_gain = ne["vm_fair"] - ne["fm"]
+    gains = gains_over_fair_vm(pred.users, pred.labels, pred.models(), SERVED, replicates, seed)
     return {
         "available": True,
-        "ne_vm_fair": ne["vm_fair"],
-        "fm_gain": fm_gain,
-        "fm_gain_ci95": list(boot.diff_interval["fm_gain"]),
-        "fm_gain_is": verdict(boot.diff_interval["fm_gain"]),
-        "served_gain": ne["vm_fair"] - ne[SERVED],
-        "served_gain_ci95": list(boot.diff_interval["served_gain"]),
-        "served_gain_is": verdict(boot.diff_interval["served_gain"]),
-        "transfer_ratio_at_achieved": (ne["vm_fair"] - ne[SERVED]) / fm_gain if fm_gain else None,
-        "transfer_ratio_ci95": list(boot.tr_interval["served"]),
+        **{k: v for k, v in gains.items() if not k.startswith("transfer_ratio")},
+        "transfer_ratio_at_achieved": gains["transfer_ratio"],
+        "transfer_ratio_ci95": gains["transfer_ratio_ci95"],
         "transfer_by_tier": pred.transfer_by_tier("vm_fair"),
     }

@@ -143,8 +143,9 @@ def live_run(
     from streams.live.quality import join, live_quality, read_impressions, read_scores
     from streams.models_loader import load_models
 
+    models = load_models(settings, bundle)[0]
     return {
-        "quality": live_quality(settings, load_models(settings, bundle)[0].fm, replicates=200),
+        "quality": live_quality(settings, models.fm, replicates=200, vm_fair=models.vm_fair),
         "quality_rows": join(
             read_scores(settings), read_impressions(settings), TINY_TRAIN.history_len
         ),
@@ -341,7 +342,8 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     sim.run(live_run["events"]())
     ev = sim.eval
     assert ev is not None and models.solaris is not None and models.vm is not None
-    offline_ne = ev.score(models.vm, models.fm, models.solaris)
+    offline_pred = ev.predict(models.vm, models.fm, models.solaris, vm_fair=models.vm_fair)
+    offline_ne = offline_pred.metrics()
     users, items, times = (np.asarray(x, np.int64) for x in (ev.users, ev.items, ev.times))
     p_sim = models.solaris.score(
         users, items, times, np.stack(ev.vectors), np.asarray(ev.tiers, np.uint8), ev.histories
@@ -395,6 +397,15 @@ def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -
     )
     lo, hi = quality["transfer_ratio_ci"]
     assert lo <= quality["transfer_ratio"] <= hi
+    # against the fair VM too (issue 22): its probabilities come from the same histories as
+    # the simulator's, so its NE and the FM's gain over it are the simulator's values
+    from streams.simulate.fair_baseline import against_fair_vm
+
+    fair, sim_fair = quality["vs_fair_vm"], against_fair_vm(offline_pred, replicates=200)
+    assert fair["available"] and sim_fair["available"]
+    assert quality["ne"]["vm_fair"] == pytest.approx(offline_ne["vm_fair"]["ne"], abs=1e-5)
+    assert fair["fm_gain"] == pytest.approx(sim_fair["fm_gain"], abs=1e-5)
+    assert fair["served_gain"] == pytest.approx(sim_fair["served_gain"], abs=0.05)
     # The ranker's own running NE (Prometheus), joined as impressions arrive, equals the audit.
     running = live_run["summary"]["running_ne"]
     print("running NE in the ranker", running)

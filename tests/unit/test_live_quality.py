@@ -96,6 +96,40 @@ def test_quality_summary_transfer_ratio_and_interval() -> None:
     assert lo < out["transfer_ratio"] < hi
 
 
+def test_live_audit_measures_against_the_fair_vm_like_the_simulator() -> None:
+    """Issue 22: every transfer ratio against the fair VM too. The live audit's figures are
+    the simulator's definition (``against_fair_vm``) on the same rows, value for value."""
+    from streams.simulate.evaluation import Predictions
+    from streams.simulate.fair_baseline import against_fair_vm
+
+    rng = np.random.default_rng(1)
+    n = 4000
+    truth = rng.uniform(0.05, 0.6, n)
+    y = (rng.uniform(size=n) < truth).astype(np.int8)
+    vm = np.full(n, y.mean(), np.float32)
+    fair = (0.4 * truth + 0.6 * y.mean()).astype(np.float32)  # some history: better than vm
+    fm = truth.astype(np.float32)
+    served = (0.3 * fair + 0.7 * fm).astype(np.float32)
+    users = rng.integers(0, 200, n)
+    rows = rows_of(y, vm, served, users)
+    without = quality_summary(rows, fm, replicates=200)
+    assert without["vs_fair_vm"]["available"] is False
+    out = quality_summary(rows, fm, replicates=200, p_fair=fair)
+    got = out["vs_fair_vm"]
+    ne_fair, ne_s, ne_fm = (normalized_entropy(y, p) for p in (fair, served, fm))
+    assert out["ne"]["vm_fair"] == pytest.approx(ne_fair)
+    assert got["fm_gain"] == pytest.approx(ne_fair - ne_fm)
+    assert got["transfer_ratio"] == pytest.approx((ne_fair - ne_s) / (ne_fair - ne_fm))
+    # against the fair VM the ratio is smaller than against the id-only VM (it had history)
+    assert got["transfer_ratio"] < out["transfer_ratio"]
+    tiers = np.zeros(n, np.uint8)
+    sim = against_fair_vm(Predictions(y, tiers, vm, fm, served, fair, users), replicates=200)
+    for key in ("ne_vm_fair", "fm_gain", "fm_gain_ci95", "served_gain", "served_gain_ci95"):
+        assert got[key] == pytest.approx(sim[key])
+    assert got["transfer_ratio"] == pytest.approx(sim["transfer_ratio_at_achieved"])
+    assert got["transfer_ratio_ci95"] == pytest.approx(sim["transfer_ratio_ci95"])
+
+
 def test_quality_summary_refuses_too_few_or_one_class() -> None:
     y = np.ones(100, np.int8)
     p = np.full(100, 0.5, np.float32)
@@ -139,3 +173,32 @@ def test_quality_meter_equals_batch_ne_and_counts_unjoined() -> None:
     assert ne["vm_solaris_served"] == pytest.approx(
         normalized_entropy(y, np.asarray(served)), rel=1e-5
     )
+
+
+def test_report_rows_show_both_baselines_and_say_when_the_fair_vm_is_absent() -> None:
+    from streams.live.report import quality_rows
+
+    quality = {
+        "impressions": 1234,
+        "ne": {"vm": 0.95, "vm_solaris_served": 0.90, "fm": 0.88},
+        "transfer_ratio": 0.714,
+        "transfer_ratio_ci": [0.5, 0.9],
+        "vs_fair_vm": {
+            "available": True,
+            "ne_vm_fair": 0.91,
+            "fm_gain": 0.03,
+            "fm_gain_ci95": [0.01, 0.05],
+            "fm_gain_is": "positive",
+            "served_gain": 0.01,
+            "served_gain_ci95": [-0.01, 0.03],
+            "served_gain_is": "within noise",
+            "transfer_ratio": 0.333,
+            "transfer_ratio_ci95": [-0.2, 0.8],
+        },
+    }
+    rows = dict(quality_rows(quality))
+    assert rows["live transfer ratio vs id-only VM (95 % CI)"].startswith("0.714 (0.500 … 0.900)")
+    assert rows["live transfer ratio vs fair VM (95 % CI)"] == "0.333 (-0.200 … 0.800)"
+    assert "+0.0300 [+0.0100, +0.0500] positive" in rows["FM / served gain over fair VM"]
+    quality["vs_fair_vm"] = {"available": False, "reason": "no vm_fair.onnx"}
+    assert dict(quality_rows(quality))["vs fair VM"] == "no vm_fair.onnx"
