@@ -52,7 +52,21 @@ def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
     return (
         f"Against tuned KD ({report.get('vm_baseline', 'id-only')} VM baseline; served = "
         f"{bar['served_model']}, {bar['served_is']}): {ratios}; NE(kd) − NE(served) = "
-        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)" + _gain_note(bar)
+        f"{_fmt(bar['ne_kd_minus_served'])} [{_fmt(d_lo)}, {_fmt(d_hi)}] (paired)"
+        + _ceiling_note(bar)
+        + _gain_note(bar)
+    )
+
+
+def _ceiling_note(bar: dict[str, Any]) -> str:
+    """The bar's ceiling: the FM itself against tuned KD (reports before it: nothing)."""
+    ceiling = bar.get("ceiling")
+    if not ceiling:
+        return ""
+    lo, hi = ceiling["ne_kd_minus_fm_ci95"]
+    return (
+        f"; ceiling NE(kd) − NE(fm) = {_fmt(ceiling['ne_kd_minus_fm'])} [{_fmt(lo)}, {_fmt(hi)}]"
+        f" ({ceiling['fm_beats_kd']})"
     )
 
 

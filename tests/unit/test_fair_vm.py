@@ -13,7 +13,7 @@ from streams.engine.config import ENGINE_DEFAULTS
 
 pytest.importorskip("torch")
 
-from models.evaluate import evaluate_runs, markdown
+from models.evaluate import evaluate_runs, fm_gain_verdict, markdown
 from models.experiment import Impressions, SeedRun, run_seed
 from models.features import HistoryIndex, context_features
 from models.metrics import headroom_closure, normalized_entropy, transfer_ratio
@@ -89,6 +89,13 @@ def test_report_states_the_bar_against_tuned_kd(impressions: Impressions, run: S
     assert bar["ne_kd_minus_served"] == pytest.approx(ne["vm_kd"] - ne_served)
     lo, hi = bar["ne_kd_minus_served_ci95"]
     assert lo <= bar["ne_kd_minus_served"] <= hi and lo < hi
+    # the bar's ceiling: the FM itself against tuned KD, paired on the same resamples
+    ceiling = bar["ceiling"]
+    assert ceiling["ne_kd_minus_fm"] == pytest.approx(ne["vm_kd"] - ne["fm"])
+    c_lo, c_hi = ceiling["ne_kd_minus_fm_ci95"]
+    assert c_lo <= ceiling["ne_kd_minus_fm"] <= c_hi and c_lo < c_hi
+    assert ceiling["fm_beats_kd"] == fm_gain_verdict((c_lo, c_hi))
+    assert all(b["ceiling"] == ceiling for k, b in report.items() if k.startswith("beats_kd"))
     assert report["vm_baseline"].startswith("fair")
     assert "solaris_item_aware" in report["lagged"]["10m"]["transfer_ratio"]
     vs = report["vs_id_only"]

@@ -202,6 +202,8 @@ def test_a_positive_fm_gain_keeps_the_numbers(defined: dict[str, Any]) -> None:
     cells = _tr_cells(text)
     assert len(cells) > 10 and all(NUMBER.search(c) for c in cells), cells
     assert f"headroom closure h = {rep['beats_kd']['headroom_closure']:.3f}" in text
+    ceiling = rep["beats_kd"]["ceiling"]
+    assert f"ceiling NE(kd) − NE(fm) = {ceiling['ne_kd_minus_fm']:.4f}" in text
 
 
 def test_the_id_only_ratios_follow_their_own_gain() -> None:
