@@ -15,15 +15,12 @@ from typing import Any
 import numpy as np
 
 from models.metrics import normalized_entropy, user_bootstrap
+from models.transfer_defined import fm_gain_verdict as verdict
+
+__all__ = ["FAIR", "FM", "gains_over_fair_vm", "verdict"]
 
 FAIR = "vm_fair"
 FM = "fm"
-
-
-def verdict(interval: tuple[float, float] | list[float]) -> str:
-    """ "positive" / "negative" when the 95 % interval excludes 0, else "within noise"."""
-    lo, hi = interval
-    return "positive" if lo > 0 else "negative" if hi < 0 else "within noise"
 
 
 def gains_over_fair_vm(

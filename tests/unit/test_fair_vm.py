@@ -13,11 +13,12 @@ from streams.engine.config import ENGINE_DEFAULTS
 
 pytest.importorskip("torch")
 
-from models.evaluate import evaluate_runs, fm_gain_verdict, markdown
+from models.evaluate import evaluate_runs, markdown
 from models.experiment import Impressions, SeedRun, run_seed
 from models.features import HistoryIndex, context_features
 from models.metrics import headroom_closure, normalized_entropy, transfer_ratio
 from models.runtime import TIER_MISSING, UserHistory
+from models.transfer_defined import fm_gain_verdict
 from tests.unit.test_models_train import TINY, taste_world
 
 FAIR = replace(
@@ -308,7 +309,7 @@ def test_ranker_feeds_the_fair_vm_solaris_the_history_from_the_same_read(
     [((0.01, 0.03), "positive"), ((-0.01, 0.03), "within noise"), ((-0.04, -0.01), "negative")],
 )
 def test_fm_gain_verdict_reads_the_interval(interval: tuple[float, float], verdict: str) -> None:
-    from models.evaluate import fm_gain_verdict
+    from models.transfer_defined import fm_gain_verdict
 
     assert fm_gain_verdict(interval) == verdict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.evaluate import transfer_verdict
+from models.transfer_defined import transfer_verdict
 
 
 @pytest.mark.parametrize(
