@@ -16,15 +16,11 @@ import pytest
 
 from models.errors import InferenceError
 from models.features import Vocab
+from models.providers import CPU, CUDA, available_providers, binding_device, inactive_providers
 from models.runtime import (
-    CPU,
-    CUDA,
     FMRunner,
     OnnxSession,
     UserHistory,
-    available_providers,
-    binding_device,
-    inactive_providers,
 )
 from streams.settings import REPO_ROOT
 

@@ -13,8 +13,8 @@ import pytest
 from models.bundle import FILES, bundle_key, ensure_bundle, load_bundle
 from models.config import TrainConfig
 from models.errors import BundleError, InferenceError, InputError
+from models.providers import CPU
 from models.runtime import (
-    CPU,
     TIER_AGGREGATE,
     TIER_EXACT,
     TIER_MISSING,
@@ -204,7 +204,8 @@ def test_ensure_bundle_trains_once_per_traffic_and_config(
 
 
 def test_requested_provider_that_is_missing_fails_loudly(bundle_dir: Path) -> None:
-    from models.runtime import CUDA, OnnxSession, available_providers, resolve_providers
+    from models.providers import CUDA, available_providers, resolve_providers
+    from models.runtime import OnnxSession
 
     assert resolve_providers(None)[-1] == CPU or CUDA in available_providers()
     assert resolve_providers([CPU]) == [CPU]
