@@ -38,17 +38,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import Connection
-from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -60,6 +57,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
+from store.cluster_slots import batch_keys, batch_slots, group_by_node, group_by_slot
 from store.conditional_writes import NEWER_OR_EQUAL, LuaWrite, write_newer_many
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
@@ -91,66 +89,6 @@ _REDIRECTIONS = (AskError, TryAgainError, ClusterDownError, ReadOnlyError, SlotN
 #: least time between two background refreshes of the read client's slot table
 _READ_REFRESH_INTERVAL_S = 0.5
 log = logging.getLogger(__name__)
-
-
-def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
-    """The keys one read of ``batch`` fetches, in result order (:class:`ReadBatch` order)."""
-    keys: list[bytes] = []
-    # pairs come grouped by user (see RedisStore.keys_for): one format call per run of a user
-    for user, run in groupby(batch.pairs, key=itemgetter(0)):
-        keys.extend(layout.pairs(user, [i for _, i in run]))
-    keys.extend(layout.aggregate(u) for u in batch.aggregates)
-    keys.extend(layout.neighbours(u) for u in batch.neighbours)
-    keys.extend(layout.history(u) for u in batch.histories)
-    keys.extend(layout.state(u) for u in batch.states)
-    return keys
-
-
-def batch_slots(layout: KeyLayout, batch: ReadBatch) -> list[int]:
-    """The cluster slot of every key of :func:`batch_keys`, in the same order.
-
-    Every key of a user carries the hash tag ``{u<user>}`` (see :mod:`store.keys`), so the slot
-    is computed once per user instead of once per key (CRC16 in Python: ~1 us a key, 500 keys
-    a request).
-    """
-    cache: dict[int, int] = {}
-
-    def slot(user: int) -> int:
-        found = cache.get(user)
-        if found is None:
-            found = cache[user] = key_slot(layout.user_tag(user).encode())
-        return found
-
-    slots: list[int] = []
-    for user, run in groupby(batch.pairs, key=itemgetter(0)):
-        slots.extend([slot(user)] * sum(1 for _ in run))
-    slots.extend(slot(u) for u in batch.aggregates)
-    slots.extend(slot(u) for u in batch.neighbours)
-    slots.extend(slot(u) for u in batch.histories)
-    slots.extend(slot(u) for u in batch.states)
-    return slots
-
-
-def group_by_slot(slots: Sequence[int]) -> dict[int, list[int]]:
-    """Indices by slot (``slots[i]`` is key i's slot); slots and indices in first-seen order."""
-    groups: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots):
-        groups.setdefault(slot, []).append(i)
-    return groups
-
-
-def _group_by_node(
-    client: RedisCluster, items: list[tuple[bytes, bytes]]
-) -> list[tuple[ClusterNode, list[tuple[bytes, bytes]]]]:
-    """``items`` grouped by the primary owning their key's slot (client's slot table)."""
-    by_slot: dict[int, list[tuple[bytes, bytes]]] = {}
-    for item in items:
-        by_slot.setdefault(key_slot(item[0]), []).append(item)
-    by_node: dict[str, tuple[ClusterNode, list[tuple[bytes, bytes]]]] = {}
-    for slot, part in by_slot.items():
-        node = client.nodes_manager.get_node_from_slot(slot)
-        by_node.setdefault(node.name, (node, []))[1].extend(part)
-    return list(by_node.values())
 
 
 def _connect_primaries(client: RedisCluster) -> None:
@@ -307,7 +245,7 @@ class RedisClusterStore(KeyedWrites):
             self._writer_stale = not self._refresh(client)
         with redis_write_errors("redis cluster", len(items), _CLIENT_ERRORS):
             try:
-                parts = _group_by_node(client, items)
+                parts = group_by_node(client, items)
                 return sum(send(client.get_redis_connection(n), part) for n, part in parts)
             except _TOPOLOGY_ERRORS as exc:
                 self._writer_stale = True

@@ -21,12 +21,13 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from store.cluster_slots import batch_keys, batch_slots, group_by_slot
 from store.errors import StoreTimeout, StoreUnavailable
 from store.factory import open_store
 from store.keys import KeyLayout
 from store.protocol import ReadBatch
 from store.reader import FeatureReader
-from store.redis_cluster_store import RedisClusterStore, batch_keys, batch_slots, group_by_slot
+from store.redis_cluster_store import RedisClusterStore
 from store.tiers import Tier
 from store.values import decode_vector
 from streams.engine.config import ENGINE_DEFAULTS
