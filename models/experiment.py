@@ -20,13 +20,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from models.config import GridPoint, TrainConfig, lag_name
-from models.data.errors import OneClassLabels
+from models.experiment_data import Impressions, SeedRun, require_both_labels
 from models.fallback_designs import LagViews, fallback_diagnostics
 from models.fallback_designs import state_lags as state_lags  # re-exported
 from models.features import HistoryIndex, Vocab, context_features
@@ -40,14 +39,13 @@ from models.train_vm import (
     FMHead,
     VariantSpec,
     VMData,
-    kd_grid,
-    kd_grid_or_none,
     predict_vm,
     sample_tiers,
     tune_vm,
 )
 from models.user_features import user_stream_inputs
 from models.vm import VerticalModel
+from models.vm_grid import kd_grid, kd_grid_or_none
 
 log = logging.getLogger(__name__)
 
@@ -67,67 +65,6 @@ VM_SOLARIS_ENGINE = VariantSpec("vm_solaris_engine", embedding=True)
 VM_SOLARIS_ENGINE_KD = VariantSpec("vm_solaris_engine_kd", embedding=True, kd=True)
 IDENTITY_HEAD = FMHead(np.ones(1, np.float32), 0.0)  # the 1-d "embedding" is the logit itself
 SERVED_SEED = 12345
-
-
-@dataclass(frozen=True)
-class Impressions:
-    """Labelled impressions, columnar (any order; sorted by time on construction)."""
-
-    user_id: np.ndarray  # int64 [N]
-    item_id: np.ndarray  # int64 [N]
-    event_time_ms: np.ndarray  # int64 [N]
-    label: np.ndarray  # int8 [N]
-    #: cross-task transfer: the VMs' label on the same rows (the FM learns ``label``); None =
-    #: one task for every model
-    task_label: np.ndarray | None = None
-
-    @classmethod
-    def from_columns(cls, cols: Any, task_label: np.ndarray | None = None) -> Impressions:
-        """From part A's ``load_impressions`` view (attributes or mapping keys), time-sorted;
-        ``task_label`` (aligned with ``cols``) is the VMs' task when it differs from the FM's."""
-
-        def col(name: str) -> np.ndarray:
-            if isinstance(cols, Mapping):
-                return np.asarray(cols[name])
-            return np.asarray(getattr(cols, name))
-
-        t = col("event_time_ms").astype(np.int64)
-        order = np.argsort(t, kind="stable")
-        task = None if task_label is None else np.asarray(task_label).astype(np.int8)[order]
-        return cls(
-            col("user_id").astype(np.int64)[order],
-            col("item_id").astype(np.int64)[order],
-            t[order],
-            col("label").astype(np.int8)[order],
-            task,
-        )
-
-    @property
-    def vm_label(self) -> np.ndarray:
-        """What the VMs learn and are judged on: the task label, or the FM's label."""
-        return self.label if self.task_label is None else self.task_label
-
-    def examples(self) -> Examples:
-        return Examples(self.user_id, self.item_id, self.event_time_ms, self.label)
-
-
-@dataclass
-class SeedRun:
-    """Everything one seed produced (models kept for export)."""
-
-    seed: int
-    split: TimeSplit
-    test_probs: dict[str, np.ndarray]
-    tuned: dict[str, GridPoint]
-    fm: FoundationModel
-    fm_vocab: Vocab
-    user_vocab: Vocab
-    item_vocab: Vocab
-    vms: dict[str, VerticalModel]
-    seconds: dict[str, float] = field(default_factory=dict)
-    aggregate_share: dict[str, float] = field(default_factory=dict)
-    #: tier shares the serving engine produced over B ∪ C (engine-built training only)
-    engine_coverage: dict[str, float] = field(default_factory=dict)
 
 
 def _task_fm_probs(
@@ -180,23 +117,6 @@ def _lag_views(
     tiers = np.stack([both, agg, nb], axis=1)
     available = np.stack([np.ones(len(ex), bool), agg_n > 0, nb_n > 0], axis=1)
     return LagViews(logit, tiers[:, :, :-1], tiers[:, :, -1:], available)
-
-
-def require_both_labels(labels: np.ndarray, parts: dict[str, np.ndarray]) -> None:
-    """Refuse data where a part has only positives or only negatives, before anything trains:
-    a click log read without a label column (every row a positive) otherwise trains for many
-    minutes and reports transfer ratios of -0.0 (issue 25)."""
-    for name, rows in parts.items():
-        y = labels[rows]
-        if len(y) and y.min() == y.max():
-            kind = "a positive" if y[0] else "a negative"
-            raise OneClassLabels(
-                f"every one of the {len(y)} {name} impressions is {kind}: log-loss, NE, AUC "
-                "and transfer ratios are undefined. A click log without a label column reads "
-                "every row as a positive; give a log that records what was shown and not "
-                "engaged (a 0/1 label column, --columns ...,label=COL, or ratings with "
-                "--label-threshold; MIND behaviors.tsv has both)"
-            )
 
 
 def _fallback_base(
