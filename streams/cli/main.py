@@ -17,6 +17,7 @@ from streams.cli import (
     exporter_cmd,
     infra_cmd,
     live_cmd,
+    live_status_cmd,
     models_cmd,
     serve_cmd,
     simulate_cmd,
@@ -36,6 +37,7 @@ app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
 train_cmd.register(app)
 live_cmd.register(app)
+live_status_cmd.register(app)
 simulate_cmd.register(app)
 demo_cmd.register(app)
 bench_cmd.register(app)
