@@ -72,5 +72,13 @@ class DelayedPipeline:
             _, _, event = heapq.heappop(self._due)
             apply(event)
 
+    def drain(self, apply: Callable[[Event], None]) -> None:
+        """Apply everything still queued, in finishing order: the end of the stream, where a
+        live pipeline drains its lag (without this the last delay's work was never applied,
+        and at zero delay the work of events at the stream's last millisecond was lost)."""
+        while self._due:
+            _, _, event = heapq.heappop(self._due)
+            apply(event)
+
     def __len__(self) -> int:
         return len(self._due)

@@ -121,6 +121,8 @@ class Simulator:
             if progress is not None and n % 2048 == 0:
                 progress(n)
                 self._prune_pending()
+        if self.delayed is not None:  # the stream ended: the late pipeline drains
+            self.delayed.drain(self._apply)
 
     def on_request(self, r: RequestEvent) -> None:
         cfg = self.config
