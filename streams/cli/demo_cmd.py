@@ -232,12 +232,12 @@ def _print_results(settings: Settings, summary: dict[str, Any]) -> None:
         )
     fair = offline.get("vs_fair_vm") or {}
     if fair.get("available"):
-        ratio = fair["transfer_ratio_at_achieved"]
-        lo, hi = fair["transfer_ratio_ci95"]
+        from streams.live.report import fair_ratio_text
+
         console.print(
             f"offline simulator vs the fair VM (NE {fair['ne_vm_fair']:.4f}): FM gain "
             f"{fair['fm_gain']:+.4f} ({fair['fm_gain_is']}), transfer ratio "
-            + (f"{ratio:.3f} ({lo:.3f} … {hi:.3f})" if ratio is not None else "undefined")
+            + fair_ratio_text(fair, "transfer_ratio_at_achieved")
         )
     behind = summary.get("pipeline_behind_s") or {}
     if behind:

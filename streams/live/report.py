@@ -118,8 +118,13 @@ def fair_vm_rows(fair: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [
         ("live NE fair VM", f"{fair['ne_vm_fair']:.4f}"),
         ("FM / served gain over fair VM", f"{gain('fm_gain')} / {gain('served_gain')}"),
-        (
-            "live transfer ratio vs fair VM (95 % CI)",
-            _ratio(fair["transfer_ratio"], fair["transfer_ratio_ci95"]),
-        ),
+        ("live transfer ratio vs fair VM (95 % CI)", fair_ratio_text(fair)),
     ]
+
+
+def fair_ratio_text(fair: dict[str, Any], key: str = "transfer_ratio") -> str:
+    """The ratio against the fair VM, or why it is not a result: where the FM's own gain over
+    the fair VM is not positive by its interval the ratio divides by noise (or by a loss)."""
+    if fair["fm_gain_is"] != "positive":
+        return f"undefined: the FM's gain over the fair VM is {fair['fm_gain_is']}"
+    return _ratio(fair[key], fair["transfer_ratio_ci95"])

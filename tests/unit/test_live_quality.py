@@ -200,5 +200,10 @@ def test_report_rows_show_both_baselines_and_say_when_the_fair_vm_is_absent() ->
     assert rows["live transfer ratio vs id-only VM (95 % CI)"].startswith("0.714 (0.500 … 0.900)")
     assert rows["live transfer ratio vs fair VM (95 % CI)"] == "0.333 (-0.200 … 0.800)"
     assert "+0.0300 [+0.0100, +0.0500] positive" in rows["FM / served gain over fair VM"]
+    # an FM no better than the fair VM: the ratio divides by noise and is not shown as a result
+    quality["vs_fair_vm"] = {**quality["vs_fair_vm"], "fm_gain_is": "negative"}
+    assert dict(quality_rows(quality))["live transfer ratio vs fair VM (95 % CI)"] == (
+        "undefined: the FM's gain over the fair VM is negative"
+    )
     quality["vs_fair_vm"] = {"available": False, "reason": "no vm_fair.onnx"}
     assert dict(quality_rows(quality))["vs fair VM"] == "no vm_fair.onnx"
