@@ -362,9 +362,11 @@ def run_demo(
     Faust state are deleted unless ``keep_topics`` (store keys stay until their TTL).
     """
     from models.data.traffic import load_requests
+    from models.results import provenance
     from streams.live.report import live_summary
     from streams.topics import create_topics
 
+    started = provenance()  # the code that runs: what the docs cite for this run's figures
     run = DemoRun.create(settings, bundle)
     create_topics(run.settings)
     total = len(load_requests(traffic).event_time_ms)
@@ -393,6 +395,7 @@ def run_demo(
         **recorder.arrivals.outputs(log_dir, timed=speed > 0),
         drain_seconds=drained_s,
         speed=speed,
+        provenance={**started, "bundle": bundle.name},
         mode="lockstep" if speed == 0 else f"timed, speed {speed:g}",
     )
     return out

@@ -69,6 +69,7 @@ def test_demo_report_renders_every_plot_in_chromium(
     summary = run_demo(settings, traffic, bundle, tmp_path / "logs", speed, print, offline)
 
     assert summary["requests"] == len(times)
+    assert summary["provenance"]["commit"] != "unknown"  # what the docs cite for the figures
     assert summary["timeline"], "no lag/counter samples during the replay"
     assert {len(s["lag"]) for s in summary["timeline"]} == {3}  # pipeline, fm, ranker
     assert summary["read_latency"]["count"] == len(times)  # the ranker's own histogram
