@@ -105,8 +105,9 @@ def _degradation(
 #: the paired difference that bounds every bar: NE(kd) − NE(fm)
 KD_MINUS_FM = "kd_minus_fm"
 CEILING_MEANING = (
-    "what a served model as good as the FM itself would show against tuned KD: where its "
-    "interval holds 0, no served model can beat KD measurably on this test set"
+    "the FM itself against tuned KD: where its interval holds 0, even a ranker that kept all of "
+    "the FM's gain (TR = 1) would not beat KD measurably on this test set; a served model can "
+    "still beat KD by adding to what the FM knows (the VM's own features), i.e. by beating the FM"
 )
 
 
