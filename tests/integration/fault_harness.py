@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -72,13 +71,6 @@ def fault_traffic(path: Path) -> Path:
             path, iter_events(world.requests, world.impressions), {"dataset": "synthetic-faults"}
         )
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for a test's own broker or Redis)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FaultProcs(Procs):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -21,15 +20,9 @@ import pytest
 import redis
 
 from streams.settings import REPO_ROOT
+from tests.ports import free_port
 
 REDIS_SH = REPO_ROOT / "infra" / "redis.sh"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

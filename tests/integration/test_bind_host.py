@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.live_harness import Procs, fresh_live_settings
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +23,6 @@ def listening_addresses(port: int) -> set[str]:
         if state == "0A" and int(port_hex, 16) == port:  # 0A = LISTEN
             out.add(socket.inet_ntoa(bytes.fromhex(host_hex)[::-1]))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_ranker_metrics_bind_loopback_by_default(bundle: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from streams.kafka_clients import make_consumer, make_producer
 from streams.live.stats import LiveStats
 from streams.settings import Settings
 from streams.topics import create_topics
-from tests.integration.test_bind_host import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

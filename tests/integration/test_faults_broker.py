@@ -37,7 +37,6 @@ from tests.integration.fault_harness import (
     STATELESS_RANKING,
     TimedReplay,
     fault_pipeline,
-    free_port,
     hook_env,
     pair_keys,
     print_measured,
@@ -47,6 +46,7 @@ from tests.integration.fault_harness import (
 )
 from tests.integration.live_harness import live_settings
 from tests.integration.nothing_lost import check_nothing_lost
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: the replay plays the traffic's requests in about this many wall seconds

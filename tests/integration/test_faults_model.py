@@ -33,7 +33,6 @@ from tests.conftest import require_kafka_and_redis
 from tests.integration.fault_harness import (
     STATELESS_RANKING,
     fault_pipeline,
-    free_port,
     hook_env,
     pair_keys,
     print_measured,
@@ -43,6 +42,7 @@ from tests.integration.fault_harness import (
 )
 from tests.integration.live_harness import live_settings, read_topic
 from tests.integration.nothing_lost import check_nothing_lost
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,7 +18,8 @@ from streams.live.health import readiness
 from streams.settings import Settings
 from tests.integration.live_harness import Procs, fresh_live_settings
 from tests.integration.redis_instance import own_redis
-from tests.integration.test_bind_host import free_port, listening_addresses
+from tests.integration.test_bind_host import listening_addresses
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.settings import REPO_ROOT
-from tests.integration.fault_harness import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

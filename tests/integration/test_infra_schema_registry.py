@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from streams.settings import REPO_ROOT, Settings
-from tests.integration.fault_harness import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

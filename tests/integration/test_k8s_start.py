@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ import pytest
 
 from streams.settings import REPO_ROOT, Settings
 from tests.conftest import require_kafka_and_redis
+from tests.ports import free_port
 from tests.unit.test_deploy_manifests import _dockerfile_env
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
@@ -87,12 +87,6 @@ def _render(path: Path = K8S) -> list[dict[str, Any]]:
     )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _local_values(settings: Settings, url: str, sha256: str) -> dict[str, str]:
@@ -190,7 +184,7 @@ def _localise(
         for mount, local in paths.items():
             if value == mount or value.startswith(mount + "/"):
                 env[key] = str(local) + value[len(mount) :]
-    ports = {str(p["containerPort"]): str(_free_port()) for p in c.get("ports", [])}
+    ports = {str(p["containerPort"]): str(free_port()) for p in c.get("ports", [])}
     assert set(ports) <= set(c["args"]), f"{c['name']}: a port its args do not set: {ports}"
     return [ports.get(a, a) for a in c["args"]], env
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -44,6 +43,7 @@ from streams.topic_reader import read_topic
 from streams.topics import create_topics
 from tests.integration.live_harness import Procs, live_settings
 from tests.integration.proc_cmdlines import CommandLines
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,12 +55,6 @@ MAX_STEPS = 1.0
 _QUIET = logging.getLogger("tests.kafka_sasl.librdkafka")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _unavailable(reason: str) -> None:
@@ -78,8 +72,8 @@ def sasl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
     data_dir = tmp_path_factory.mktemp("kafka-sasl")
     env = dict(
         os.environ,
-        SOLARIS_KAFKA_PORT=str(_free_port()),
-        SOLARIS_KAFKA_CONTROLLER_PORT=str(_free_port()),
+        SOLARIS_KAFKA_PORT=str(free_port()),
+        SOLARIS_KAFKA_CONTROLLER_PORT=str(free_port()),
         SOLARIS_KAFKA_DATA_DIR=str(data_dir),
         SOLARIS_KAFKA_HEAP="384m",
     )

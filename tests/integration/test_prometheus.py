@@ -25,7 +25,7 @@ import pytest
 
 from streams.settings import Settings
 from tests.integration.live_harness import Procs, fresh_live_settings, wait_drained
-from tests.integration.test_bind_host import free_port
+from tests.ports import free_port
 from tests.unit.test_dashboard import dashboard_exprs, metric_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -33,6 +33,7 @@ from store.redis_store import RedisStore
 from store.tiers import Tier
 from streams.engine.config import ENGINE_DEFAULTS
 from streams.settings import REPO_ROOT
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,12 +46,6 @@ HOUR = 3_600_000
 ITEMS = list(range(100, 150))
 READERS, PER_READER = 16, 16  # fresh readers, lookups each (the first of each on new connections)
 EXACT_USER, NEIGHBOUR_USER = 1, 2  # one round trip / needs a second round trip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _redis_sh(command: str, port: int, data_dir: Path) -> None:
@@ -71,7 +66,7 @@ def private_redis(tmp_path: Path) -> Iterator[int]:
     """Port of a redis-server of this test only (stopped at the end)."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.skip("redis-server/redis-cli not installed (infra/redis.sh start installs them)")
-    port, data_dir = _free_port(), tmp_path / "redis"
+    port, data_dir = free_port(), tmp_path / "redis"
     _redis_sh("start", port, data_dir)
     try:
         yield port
@@ -263,7 +258,7 @@ def test_lookup_keeps_its_deadline_from_the_first_lookup_of_a_fresh_reader(
 def test_redis_down_then_up_costs_no_deadline_and_leaves_no_thread(private_redis: int) -> None:
     layout = KeyLayout("rd2")
     _populate(private_redis, layout)
-    dead_port = _free_port()  # nothing listens: connection refused
+    dead_port = free_port()  # nothing listens: connection refused
     others = set(threading.enumerate())  # pools of other tests' readers may still run
     store = RedisStore(f"redis://127.0.0.1:{dead_port}/0", layout)
     reader = FeatureReader(store, replace(ENGINE_DEFAULTS.reader, dim=DIM, pair_ttl_ms=HOUR))

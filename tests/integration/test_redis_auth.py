@@ -9,7 +9,6 @@ it, from ``Settings.store_url`` (``redis://user:password@host:port/0``, ``rediss
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -26,6 +25,7 @@ from store.values import encode_pair
 from streams.settings import Settings
 from streams.stores import store_from_settings
 from tests.contract.store_contract import pair
+from tests.ports import free_port
 from tests.tls_certs import TlsFiles, make_tls_files, openssl_available
 
 pytestmark = pytest.mark.integration
@@ -40,12 +40,6 @@ class AuthRedis:
     tls_port: int | None  #: None when this redis-server has no TLS support
     prefix: str  #: the only key prefix the ACL user may touch
     tls: TlsFiles | None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -85,14 +79,14 @@ def auth_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRedis]:
         pytest.skip("redis-server not found")
     directory = tmp_path_factory.mktemp("redis-auth")
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    base = ["--bind", "127.0.0.1", "--port", str(_free_port()), "--dir", str(directory)]
+    base = ["--bind", "127.0.0.1", "--port", str(free_port()), "--dir", str(directory)]
     base += ["--save", "", "--appendonly", "no", "--requirepass", DEFAULT_PASSWORD]
     base += ["--user", "solaris", "on", f">{USER_PASSWORD}", f"~{prefix}:*", "+@all"]
     port = int(base[3])
     tls = make_tls_files(directory / "tls") if openssl_available() else None
     proc, tls_port = None, None
     if tls is not None:
-        tls_port = _free_port()
+        tls_port = free_port()
         tls_args = ["--tls-port", str(tls_port), "--tls-cert-file", str(tls.cert)]
         tls_args += ["--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca)]
         tls_args += ["--tls-auth-clients", "no"]

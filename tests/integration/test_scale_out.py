@@ -35,10 +35,10 @@ from tests.integration.fault_harness import (
     PIPELINE_AGENTS,
     STATELESS_RANKING,
     FaultProcs,
-    free_port,
     wait_for,
 )
 from tests.integration.live_harness import live_settings, wait_drained
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -44,7 +44,7 @@ from streams.codecs import make_codec
 from streams.kafka_clients import make_producer
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import TOPIC_RECORDS, create_topics
-from tests.integration.fault_harness import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

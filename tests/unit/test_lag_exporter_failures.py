@@ -8,7 +8,6 @@ is exercised live in tests/integration/test_prometheus.py).
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from streams.errors import KafkaUnavailable
 from streams.lag import LagReader, PartitionLag
 from streams.lag_exporter import LAG, LAST_SUCCESS, UP, LagExporter
 from streams.settings import Settings
+from tests.ports import free_port
 
 ERRORS = "solaris_lag_exporter_poll_errors_total"
 ROWS = [
@@ -52,12 +52,6 @@ class ScriptedReader:
 
     def close(self) -> None:
         self.closed = True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def samples(exporter: LagExporter) -> dict[str, object]:
