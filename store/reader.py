@@ -29,6 +29,7 @@ from store.batch_decode import decode_many, decode_rows
 from store.errors import CorruptValue, StoreError, StoreTimeout
 from store.history_values import StoredHistory, decode_history
 from store.keys import PairGrid
+from store.neighbour_blend import blend_neighbours, fresh_mask
 from store.protocol import FeatureStore, ReadBatch
 from store.reader_config import ReaderConfig as ReaderConfig  # re-exported
 from store.reader_config import ReaderStats as ReaderStats  # re-exported
@@ -175,10 +176,7 @@ class FeatureReader:
     def _fresh(
         self, present: np.ndarray | bool, times: np.ndarray, tags: np.ndarray, t: int, ttl: int
     ) -> np.ndarray:
-        ok = present & (times < t) & (t - times <= ttl)
-        if self.config.version_tag is not None:
-            ok &= tags == self.config.version_tag
-        return ok
+        return fresh_mask(present, times, tags, t, ttl, self.config.version_tag)
 
     def _fill(
         self,
@@ -242,7 +240,17 @@ class FeatureReader:
             self.stats.hinted_neighbour_reads += 1
             cols = (np.arange(1, len(users) + 1)[:, None] * n + rest_idx).ravel().tolist()
             pairs = list(map(res.pairs.__getitem__, cols)) if with_pairs else []
-            self._blend(t, nb_weights, rest_idx, with_pairs, pairs, res.aggregates[1:], out)
+            blend_neighbours(
+                self.config,
+                self.stats,
+                t,
+                nb_weights,
+                rest_idx,
+                with_pairs,
+                pairs,
+                res.aggregates[1:],
+                out,
+            )
         else:
             rest_items = [items[j] for j in rest_idx]
             got = self.store.read(
@@ -252,7 +260,17 @@ class FeatureReader:
                 remaining,
             )
             self.stats.round_trips += 1
-            self._blend(t, nb_weights, rest_idx, with_pairs, got.pairs, got.aggregates, out)
+            blend_neighbours(
+                self.config,
+                self.stats,
+                t,
+                nb_weights,
+                rest_idx,
+                with_pairs,
+                got.pairs,
+                got.aggregates,
+                out,
+            )
         self._remember(user, users)
         return False
 
@@ -367,51 +385,3 @@ class FeatureReader:
         ids, weights = self.cold_start.neighbours_for_items(items, cfg.max_neighbours, user)
         keep = weights > 0
         return ids[keep], weights[keep]
-
-    def _blend(
-        self,
-        t: int,
-        nb_w: np.ndarray,
-        rest_idx: np.ndarray,
-        with_pairs: bool,
-        pair_values: Sequence[bytes | None],
-        agg_values: Sequence[bytes | None],
-        out: Lookup,
-    ) -> None:
-        """Neighbour tiers of ``rest_idx`` from the neighbours' values (pairs neighbour-major
-        over the rest's items, only ``with_pairs``; aggregates in neighbour order)."""
-        cfg = self.config
-        k, m = len(nb_w), len(rest_idx)
-        filled = np.zeros(m, dtype=bool)
-        if with_pairs:
-            dec = decode_many(pair_values, cfg.dim)
-            self.stats.corrupt_values += dec.corrupt
-            fresh = self._fresh(
-                dec.present, dec.event_time_ms, dec.version_tag, t, cfg.pair_ttl_ms
-            ).reshape(k, m)
-            w = fresh * nb_w[:, None]  # [k, m]
-            den = w.sum(axis=0)
-            filled = den > 0
-            if filled.any():
-                vecs = dec.vectors.reshape(k, m, cfg.dim)
-                mean = np.einsum("km,kmd->md", w[:, filled], vecs[:, filled]) / den[filled, None]
-                times = np.where(fresh, dec.event_time_ms.reshape(k, m), np.iinfo(np.int64).max)
-                idx = rest_idx[filled]
-                out.vectors[idx] = mean
-                out.tiers[idx] = Tier.NEIGHBOUR_ITEM
-                out.ages_ms[idx] = t - times[:, filled].min(axis=0)
-        if filled.all():
-            return
-        agg = decode_many(agg_values, cfg.dim)
-        self.stats.corrupt_values += agg.corrupt
-        fresh_agg = self._fresh(
-            agg.present, agg.event_time_ms, agg.version_tag, t, cfg.neighbour_aggregate_ttl_ms
-        )
-        if not fresh_agg.any():
-            return
-        w = nb_w * fresh_agg
-        mean = (w[:, None] * agg.vectors).sum(axis=0) / w.sum()
-        idx = rest_idx[~filled]
-        out.vectors[idx] = mean
-        out.tiers[idx] = Tier.NEIGHBOUR_AGGREGATE
-        out.ages_ms[idx] = t - agg.event_time_ms[fresh_agg].min()
