@@ -12,7 +12,6 @@ topic.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -21,22 +20,20 @@ import numpy as np
 import pytest
 
 from schemas.codec import Codec
-from schemas.limits import Limits
 from schemas.records import (
     DeadLetter,
     EmbeddingBatch,
-    ImpressionEvent,
     ProposalBatch,
     RequestEvent,
 )
 from streams.kafka_clients import make_producer
 from streams.settings import Settings
+from tests.integration.bad_inputs import bad_messages
 from tests.integration.live_harness import (
     PARITY_READ_DEADLINE_MS,
     TINY_TRAIN,
     live_settings,
     pipeline,
-    raw_encode,
     read_topic,
     read_topic_with_partitions,
     wait_drained,
@@ -46,31 +43,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_704_067_200_000
 #: the table sweep's interval in this run: several sweeps per lockstep second
 SWEEP_INTERVAL_S = 0.2
-
-
-def bad_messages() -> dict[str, list[tuple[bytes, str]]]:
-    """topic -> [(value, expected dead-letter reason)]."""
-    codec = Codec()
-    big = Codec(Limits(max_candidates=100_000))
-    return {
-        "requests": [
-            (b"\xff\xfenot avro at all", "bad_header"),
-            (b"\x00\x00\x00\x00\x01\xff\xff\xff\xff", "decode_error"),
-            (b"\x00\x00\x00\x03\xe7whatever", "unknown_schema"),
-            (big.encode(RequestEvent("big", 1, T0, "feed", tuple(range(2_000)))), "invalid_field"),
-            (codec.encode(ImpressionEvent("r", 1, 2, T0, 0, 1)), "wrong_record_type"),
-        ],
-        "impressions": [
-            (raw_encode(ImpressionEvent("r", 1, 2, T0, 0, 7)), "invalid_field"),
-            (b"", "bad_header"),
-        ],
-        "speculated": [
-            (
-                raw_encode(ProposalBatch("r", 1, T0, 2, (5, 6), ("c", "c"), (math.nan, 0.5))),
-                "invalid_field",
-            ),
-        ],
-    }
 
 
 @pytest.fixture(scope="module")
