@@ -40,7 +40,6 @@ from tests.integration.live_harness import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-T0 = 1_704_067_200_000
 #: the table sweep's interval in this run: several sweeps per lockstep second
 SWEEP_INTERVAL_S = 0.2
 
