@@ -240,17 +240,7 @@ class FeatureReader:
             self.stats.hinted_neighbour_reads += 1
             cols = (np.arange(1, len(users) + 1)[:, None] * n + rest_idx).ravel().tolist()
             pairs = list(map(res.pairs.__getitem__, cols)) if with_pairs else []
-            blend_neighbours(
-                self.config,
-                self.stats,
-                t,
-                nb_weights,
-                rest_idx,
-                with_pairs,
-                pairs,
-                res.aggregates[1:],
-                out,
-            )
+            aggregates = res.aggregates[1:]
         else:
             rest_items = [items[j] for j in rest_idx]
             got = self.store.read(
@@ -260,17 +250,10 @@ class FeatureReader:
                 remaining,
             )
             self.stats.round_trips += 1
-            blend_neighbours(
-                self.config,
-                self.stats,
-                t,
-                nb_weights,
-                rest_idx,
-                with_pairs,
-                got.pairs,
-                got.aggregates,
-                out,
-            )
+            pairs, aggregates = got.pairs, got.aggregates
+        blend_neighbours(
+            cfg, self.stats, t, nb_weights, rest_idx, with_pairs, pairs, aggregates, out
+        )
         self._remember(user, users)
         return False
 
