@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 import warnings
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -124,9 +125,22 @@ async def put(
     partitions: list[int] | None = None,
 ) -> None:
     async with app.agents[agent].test_context() as ctx:
-        for n, value in enumerate(values):
+        events = [
             await ctx.put(value, key=key, partition=partitions[n] if partitions else 0)
+            for n, value in enumerate(values)
+        ]
         await asyncio.sleep(0.3)  # a batch is taken within agent_batch_max_wait_ms
+        # then until the batch is done: Faust acks a batch's events when its body returns (a
+        # fixed wait alone failed once on a loaded machine: the output was not sent yet)
+        deadline = time.monotonic() + ACK_WAIT_S
+        while time.monotonic() < deadline and not app.agents[agent]._crashed.is_set():
+            if all(e.message.acked for e in events):
+                break
+            await asyncio.sleep(0.02)
+
+
+#: the longest a test waits for an agent's batch to finish (it returns as soon as it has)
+ACK_WAIT_S = 10.0
 
 
 def table_data(app: faust.App, name: str) -> Any:
