@@ -18,21 +18,8 @@ from store.keys import KeyLayout
 from store.protocol import ReadBatch
 
 
-def batch_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
-    """The keys one read of ``batch`` fetches, in result order (:class:`ReadBatch` order)."""
-    keys: list[bytes] = []
-    # pairs come grouped by user (see RedisStore.keys_for): one format call per run of a user
-    for user, run in groupby(batch.pairs, key=itemgetter(0)):
-        keys.extend(layout.pairs(user, [i for _, i in run]))
-    keys.extend(layout.aggregate(u) for u in batch.aggregates)
-    keys.extend(layout.neighbours(u) for u in batch.neighbours)
-    keys.extend(layout.history(u) for u in batch.histories)
-    keys.extend(layout.state(u) for u in batch.states)
-    return keys
-
-
 def batch_slots(layout: KeyLayout, batch: ReadBatch) -> list[int]:
-    """The cluster slot of every key of :func:`batch_keys`, in the same order.
+    """The cluster slot of every key of :func:`store.keys.read_keys`, in the same order.
 
     Every key of a user carries the hash tag ``{u<user>}`` (see :mod:`store.keys`), so the slot
     is computed once per user instead of once per key (CRC16 in Python: ~1 us a key, 500 keys

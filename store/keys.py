@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from typing import Protocol, overload
+from itertools import groupby, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Protocol, overload
+
+if TYPE_CHECKING:
+    from store.protocol import ReadBatch
 
 
 class HasPairKey(Protocol):
@@ -103,3 +107,24 @@ class PairGrid(Sequence[tuple[int, int]]):
 
     def __repr__(self) -> str:
         return f"PairGrid(users={list(self.users)!r}, items={list(self.items)!r})"
+
+
+def read_keys(layout: KeyLayout, batch: ReadBatch) -> list[bytes]:
+    """The keys one read of ``batch`` fetches, in result order (:class:`ReadBatch` order):
+    pairs user-major, then aggregates, neighbours, histories and states. One definition for
+    Redis and Redis Cluster (whose slot list must follow the same order)."""
+    keys: list[bytes] = []
+    pairs = batch.pairs
+    if isinstance(pairs, PairGrid):
+        for user in pairs.users:
+            keys.extend(layout.pairs(user, pairs.items))
+    else:
+        # Pairs come grouped by user (one user per request; neighbour rounds are user-major):
+        # one ``pairs`` call per run of equal users, no per-key user check.
+        for user, run in groupby(pairs, key=itemgetter(0)):
+            keys.extend(layout.pairs(user, [i for _, i in run]))
+    keys.extend(layout.aggregate(u) for u in batch.aggregates)
+    keys.extend(layout.neighbours(u) for u in batch.neighbours)
+    keys.extend(layout.history(u) for u in batch.histories)
+    keys.extend(layout.state(u) for u in batch.states)
+    return keys

@@ -57,11 +57,11 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from store.cluster_slots import batch_keys, batch_slots, group_by_node, group_by_slot
+from store.cluster_slots import batch_slots, group_by_node, group_by_slot
 from store.conditional_writes import NEWER_OR_EQUAL, LuaWrite, write_newer_many
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keyed_writes import KeyedWrites
-from store.keys import KeyLayout
+from store.keys import KeyLayout, read_keys
 from store.protocol import ReadBatch, ReadResult
 from store.redis_writes import ReplicaAck, redis_write_errors, set_px_many
 from store.urls import redact_url
@@ -286,7 +286,7 @@ class RedisClusterStore(KeyedWrites):
 
     def keys_for(self, batch: ReadBatch) -> list[bytes]:
         """The keys one read of ``batch`` fetches, in result order."""
-        return batch_keys(self.layout, batch)
+        return read_keys(self.layout, batch)
 
     def read(self, batch: ReadBatch, timeout_ms: float) -> ReadResult:
         keys = self.keys_for(batch)

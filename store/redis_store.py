@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from itertools import groupby
-from operator import itemgetter
 
 import redis
 from redis.backoff import NoBackoff
@@ -28,7 +26,7 @@ from redis.retry import Retry
 from store.conditional_writes import NEWER_OR_EQUAL, LuaWrite, write_newer_many
 from store.errors import StoreUnavailable
 from store.keyed_writes import KeyedWrites
-from store.keys import KeyLayout, PairGrid
+from store.keys import KeyLayout, PairGrid, read_keys
 from store.protocol import ReadBatch, ReadResult
 from store.redis_pool import ReadPool, mget_header, pack_headed_keys, pack_keys
 from store.redis_writes import ReplicaAck, redis_write_errors, set_px_many
@@ -125,22 +123,7 @@ class RedisStore(KeyedWrites):
 
     def keys_for(self, batch: ReadBatch) -> list[bytes]:
         """The keys one read of ``batch`` fetches, in result order."""
-        lay = self.layout
-        keys: list[bytes] = []
-        pairs = batch.pairs
-        if isinstance(pairs, PairGrid):
-            for user in pairs.users:
-                keys.extend(lay.pairs(user, pairs.items))
-        else:
-            # Pairs come grouped by user (one user per request; neighbour rounds are
-            # user-major): one ``pairs`` call per run of equal users, no per-key user check.
-            for user, run in groupby(pairs, key=itemgetter(0)):
-                keys.extend(lay.pairs(user, [i for _, i in run]))
-        keys.extend(lay.aggregate(u) for u in batch.aggregates)
-        keys.extend(lay.neighbours(u) for u in batch.neighbours)
-        keys.extend(lay.history(u) for u in batch.histories)
-        keys.extend(lay.state(u) for u in batch.states)
-        return keys
+        return read_keys(self.layout, batch)
 
     def _pack(self, batch: ReadBatch) -> bytes:
         """The ``MGET`` arguments of :meth:`keys_for`, packed without building the pair keys

@@ -21,10 +21,10 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from store.cluster_slots import batch_keys, batch_slots, group_by_slot
+from store.cluster_slots import batch_slots, group_by_slot
 from store.errors import StoreTimeout, StoreUnavailable
 from store.factory import open_store
-from store.keys import KeyLayout
+from store.keys import KeyLayout, read_keys
 from store.protocol import ReadBatch
 from store.reader import FeatureReader
 from store.redis_cluster_store import RedisClusterStore
@@ -166,7 +166,7 @@ def move_slot_of(url: str, key: bytes) -> None:
 def test_batch_slots_are_the_keys_slots_and_groups_keep_order() -> None:
     layout = KeyLayout("a")
     batch = ReadBatch(pairs=[(1, 1), (1, 2), (2, 1)], aggregates=[1, 2, 3], neighbours=[2])
-    keys = batch_keys(layout, batch)
+    keys = read_keys(layout, batch)
     slots = batch_slots(layout, batch)
     assert slots == [key_slot(k) for k in keys]
     s1, s2, s3 = key_slot(b"{u1}"), key_slot(b"{u2}"), key_slot(b"{u3}")
