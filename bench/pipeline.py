@@ -144,7 +144,7 @@ def next_rate(history: list[tuple[float, bool]], cfg: PipelineConfig) -> float |
     return math.sqrt(ok * bad)
 
 
-def _step(
+def paced_step(
     run: LiveRun,
     lags: LagSeries,
     events: Iterator[Event],
@@ -200,7 +200,7 @@ def _producer_max(
     return {"events": stats.messages, "seconds": stats.seconds, "events_per_s": stats.rate}
 
 
-def _cpu_meter(run: LiveRun) -> CpuMeter:
+def cpu_meter(run: LiveRun) -> CpuMeter:
     """The worker processes of ``run``, the broker and the Redis of the store URL."""
     from urllib.parse import urlparse
 
@@ -235,12 +235,12 @@ def run_pipeline(
         run.start("pipeline", PIPELINE_ROLES)
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
-        cpu = _cpu_meter(run)
+        cpu = cpu_meter(run)
         events = iter(read_traffic(traffic))
         rate: float | None = cfg.start_rate
         with LagSeries(run) as lags:
             while rate is not None:
-                step = _step(run, lags, events, rate, cfg, cpu)
+                step = paced_step(run, lags, events, rate, cfg, cpu)
                 steps.append(step)
                 if step["events"] < int(rate * cfg.step_s):
                     exhausted = True

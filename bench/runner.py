@@ -83,6 +83,21 @@ BENCHES: dict[str, Spec] = {
         ),
         "Live pipeline: paced replay, lag sampled every second",
     ),
+    "fuse-verify": Spec(
+        "bench.fuse_verify",
+        "run_fuse_verify",
+        "fuse_table",
+        (
+            "target ev/s",
+            "mode",
+            "round",
+            "achieved ev/s",
+            "max lag",
+            "kept up",
+            "CPU µs/event: total (pipeline / fm / broker / redis)",
+        ),
+        "The speculated hop: separate verify agent vs verify fused into speculate (A/B)",
+    ),
     "scale-out": Spec(
         "bench.scale_out",
         "run_scale_out",

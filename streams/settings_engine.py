@@ -218,6 +218,15 @@ class EngineFields(BaseModel):
             "own is 60 s). Heartbeats go every third of it. The broker allows 6–1800 s."
         ),
     )
+    fuse_verify: bool = Field(
+        False,
+        description=(
+            "Verify each batch of requests in the speculate agent, right after speculating it, "
+            "instead of through the `speculated` topic and a verify agent: one hop fewer per "
+            "request (no produce, fetch, decode and changelog of its own). Needs the "
+            "`speculate` and `verify` roles in the same worker; nothing is sent to `speculated`."
+        ),
+    )
     agent_batch_size: int = Field(
         256,
         gt=0,

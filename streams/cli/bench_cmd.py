@@ -1,4 +1,4 @@
-"""``solaris bench serve|serve-http|fm|store|state|pipeline|scale-out|memory|all``: side-by-side ratios.
+"""``solaris bench serve|serve-http|fm|store|state|pipeline|fuse-verify|scale-out|memory|all``: side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
@@ -85,6 +85,12 @@ def state(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 def pipeline(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """Sustained events/s of the live pipeline with bounded lag, and the producer's max rate."""
     _one("pipeline", json_path, smoke)
+
+
+@app.command("fuse-verify")
+def fuse_verify(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """CPU per event with and without the speculated hop (SOLARIS_FUSE_VERIFY), side by side."""
+    _one("fuse-verify", json_path, smoke)
 
 
 @app.command("scale-out")

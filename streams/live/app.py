@@ -11,6 +11,9 @@ Topology (all topics keyed by user id, so one user's events and state share a pa
                    ─► store neighbour lists + KNN snapshot (cold-start index of the ranker)
     any bad message ─► dead-letter
 
+With ``SOLARIS_FUSE_VERIFY`` the speculate agent verifies each batch itself
+(``requests ─► [speculate + verify: VM] ─► verified``): ``speculated`` is not used.
+
 Every agent runs with concurrency 1 (faust-streaming #606) and commits offsets only after its
 store writes returned (at-least-once; writes are idempotent by key). Store writes retry with
 backoff while the store is down, so the agent (and its offsets) wait instead of losing data.
@@ -54,10 +57,15 @@ def app_id(settings: Settings, roles: Iterable[str]) -> str:
     )
 
 
-def check_roles(roles: frozenset[str]) -> None:
+def check_roles(roles: frozenset[str], fuse_verify: bool = False) -> None:
     unknown = roles - set(ROLES)
     if unknown:
         raise ValueError(f"unknown roles {sorted(unknown)}; known: {ROLES}")
+    if fuse_verify and len(roles & {"speculate", "verify"}) == 1:
+        raise ValueError(
+            "SOLARIS_FUSE_VERIFY runs speculate and verify in one agent: give both roles to "
+            f"the same worker (got {sorted(roles)})"
+        )
     if "embed" not in roles and roles & STATEFUL != roles:
         raise ValueError("bad role set")
 
@@ -127,7 +135,7 @@ def create_app(
     """Build the Faust app with the agents of ``roles`` (see :data:`ROLES`); ``store`` is
     Faust's table store (``memory://`` in agent unit tests)."""
     roles = frozenset(roles)
-    check_roles(roles)
+    check_roles(roles, settings.fuse_verify)
     faust_commits.install()  # never commit past an unacked message (see the module)
     faust_fastpath.install()  # no tasks per fetched message when the app takes it at once
     aid = app_id(settings, roles)
@@ -173,8 +181,9 @@ def register_agents(ctx: AgentContext, roles: frozenset[str], aid: str) -> None:
             if "neighbours" in roles and ctx.parts.stages.reps is not None
             else None
         )
-        requests.register(ctx, refresher)
-    if "verify" in roles:
+        fused = verify.VerifyAgent(ctx) if ctx.settings.fuse_verify else None
+        requests.register(ctx, refresher, fused)
+    if "verify" in roles and not ctx.settings.fuse_verify:
         verify.register(ctx)
     if "embed" in roles:
         embed.register(ctx)

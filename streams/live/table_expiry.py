@@ -44,6 +44,12 @@ WRITER_ROLE = {"ledger": "verify", "aggregates": "aggregate", "reps": "speculate
 SOURCE_TOPIC = {"ledger": "speculated", "aggregates": "embeddings", "reps": "requests"}
 
 
+def source_topic(table: str, fuse_verify: bool) -> str:
+    """The topic whose events the writer of ``table`` reads (``SOLARIS_FUSE_VERIFY``: the
+    speculate agent writes the ledger, from ``requests``)."""
+    return "requests" if fuse_verify and table == "ledger" else SOURCE_TOPIC[table]
+
+
 class _PartitionEvent:
     """Just enough of a Faust event for a table write outside a stream: Faust sends a table's
     changelog message to ``current_event().message.partition`` and checks that the event's
@@ -122,6 +128,7 @@ def register(ctx: AgentContext, roles: Iterable[str]) -> list[TableSweeper]:
     """A sweep timer for every table whose writing agent runs in this worker (none when the
     interval is 0)."""
     interval = ctx.settings.table_sweep_interval_s
+    P = ctx.settings.topic_partitions
     roles = set(roles)
     sweepers = [
         TableSweeper(
@@ -129,7 +136,7 @@ def register(ctx: AgentContext, roles: Iterable[str]) -> list[TableSweeper]:
             ctx.tables[name],
             ctx.parts.table_clocks,
             ctx.parts.config,
-            (ctx.settings.topic(SOURCE_TOPIC[name]), ctx.settings.topic_partitions),
+            (ctx.settings.topic(source_topic(name, ctx.settings.fuse_verify)), P),
         )
         for name, role in WRITER_ROLE.items()
         if role in roles and name in ctx.tables

@@ -130,6 +130,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         SOLARIS_TABLE_SWEEP_INTERVAL_S=str(settings.table_sweep_interval_s),
         SOLARIS_NEIGHBOUR_AGGREGATE_TTL_MS=str(settings.neighbour_aggregate_ttl_ms),
         SOLARIS_TABLE_EXPIRY_GRACE_MS=str(settings.table_expiry_grace_ms),
+        SOLARIS_FUSE_VERIFY=str(settings.fuse_verify).lower(),
         # the ranker's deadline: the parity runs give it PARITY_READ_DEADLINE_MS (before, the
         # ranker process never saw it and read with the default 20 ms, so a loaded machine
         # made it serve "missing" and fail parity)

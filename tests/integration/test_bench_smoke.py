@@ -26,6 +26,7 @@ RATIO_KEYS = {
     "fm": {"embedder_over_bare_128", "live_over_bare_128"},
     "store": {"bytes_per_pair", "json_over_binary"},
     "pipeline": {"sustained_over_producer_max"},
+    "fuse-verify": {"cpu_total_fused_over_separate_40", "cpu_pipeline_fused_over_separate_40"},
     "memory": {"rss_end_over_half_pipeline", "rss_end_over_half_fm"},
     "serve-http": {
         "http_p99_over_inprocess_p99",
@@ -114,6 +115,17 @@ def test_pipeline_smoke_through_the_cli(settings: Settings, tmp_path: Path) -> N
     assert set(cpu) == {"pipeline", "fm", "broker", "redis", "total"}
     assert all(cpu[k] is not None and cpu[k] > 0 for k in ("pipeline", "fm", "broker", "total"))
     assert cpu["total"] >= cpu["pipeline"] + cpu["fm"]
+
+
+def test_fuse_verify_smoke_runs_both_topologies(settings: Settings, tmp_path: Path) -> None:
+    run_bench("fuse-verify", settings, True, tmp_path / "fuse.json")
+    doc = _check(tmp_path / "fuse.json", "fuse-verify")
+    steps = doc["results"]["steps"]
+    assert {s["mode"] for s in steps} == {"separate", "fused"}
+    for mode in ("separate", "fused"):  # each deployment did the work whose CPU is compared
+        (counters,) = [s["counters"] for s in steps if s["mode"] == mode and "counters" in s]
+        assert counters["verified"] > 0 and counters["embedded"] > 0, (mode, counters)
+    assert all(s["cpu_us_per_event"]["pipeline"] > 0 for s in steps)
 
 
 def test_memory_smoke_samples_each_workers_rss_through_the_replay(

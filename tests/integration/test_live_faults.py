@@ -111,7 +111,12 @@ def run_lockstep(
     return {"crashed": count["crashed"], "log": log}
 
 
-def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fuse_verify", [False, True], ids=["separate", "fused"])
+def test_kill9_mid_replay_loses_nothing(
+    traffic: Path, bundle: Path, tmp_path: Path, fuse_verify: bool
+) -> None:
+    """Also with ``SOLARIS_FUSE_VERIFY``: one agent then sends ``verified`` and saves the
+    ledger, so a crash between the two must re-verify there too."""
     from models.data.traffic import load_requests, read_traffic
 
     base = Settings()
@@ -119,7 +124,7 @@ def test_kill9_mid_replay_loses_nothing(traffic: Path, bundle: Path, tmp_path: P
     # The VM ranking keeps no in-memory state, so a crashed run must choose exactly the pairs of a
     # clean one. (The default recurrence ranking's per-worker counts restart cold after a crash:
     # later choices may differ for a while, which would hide what this test checks.)
-    vm_ranked = {"verifier_rank_by": "vm"}
+    vm_ranked = {"verifier_rank_by": "vm", "fuse_verify": fuse_verify}
     crash = live_settings(base, uuid.uuid4().hex[:10], bundle).model_copy(update=vm_ranked)
     result = run_lockstep(crash, traffic, tmp_path, crash_at=25)
     assert result["crashed"]

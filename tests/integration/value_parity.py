@@ -214,3 +214,46 @@ def compare_vectors(left: dict[bytes, bytes], right: dict[bytes, bytes]) -> Vect
         bad_head,
         delta,
     )
+
+
+def assert_live_values_equal(live: Values, offline: Values) -> None:
+    """The ranker reads what the simulator computes: same histories, vectors, aggregates, FM
+    states and stored histories (the parity tests' value comparison)."""
+    # 1. The FM saw the same history for every pair (live: the verified topic).
+    assert live.histories.keys() == offline.histories.keys()
+    wrong = [k for k in offline.histories if live.histories[k] != offline.histories[k]]
+    assert not wrong, (
+        f"{len(wrong)} of {len(offline.histories)} pairs embedded with another history, e.g. "
+        f"{wrong[0]}: live {live.histories[wrong[0]]} vs simulator {offline.histories[wrong[0]]}"
+    )
+    assert sum(1 for h in offline.histories.values() if h[0]) > len(offline.histories) // 2
+
+    # 2. Every exact pair vector, 3. every user aggregate and every user FM state (the state
+    # tier) in Redis equals the simulator's.
+    # Lockstep feeds the FM one request's pairs per batch, as the simulator does, so the bytes
+    # are expected to be identical; a different ONNX batch composition could move float16
+    # roundings by one ulp, which the tolerance below allows and the assert message reports.
+    for name, got, want in (
+        ("pairs", live.pairs, offline.pairs),
+        ("aggregates", live.aggregates, offline.aggregates),
+        ("states", live.states, offline.states),
+    ):
+        diff = compare_vectors(got, want)
+        assert not diff.only_left and not diff.only_right, (
+            f"{name}: {len(diff.only_left)} only live, {len(diff.only_right)} only simulated"
+        )
+        assert not diff.header_mismatch, f"{name}: headers differ for {diff.header_mismatch[:3]}"
+        assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
+        print(
+            f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical, max |d| {diff.max_abs_delta}"
+        )
+        assert len(want) >= 5
+
+    # 4. Every user's stored history (the fair vm_solaris's streaming features) is the
+    # simulator's, byte for byte.
+    assert live.user_histories.keys() == offline.user_histories.keys()
+    differ = [
+        k for k in offline.user_histories if live.user_histories[k] != offline.user_histories[k]
+    ]
+    assert not differ, f"{len(differ)} stored histories differ, e.g. {differ[0]!r}"
+    assert len(offline.user_histories) >= 5

@@ -12,12 +12,13 @@ from typing import Any
 
 import faust
 
-from schemas.records import RequestEvent
+from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.stages import undone_on_error
 from streams.engine.state import REPS, aggregate_confirmed
 from streams.engine.steps.speculate import observe_representation, speculate
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
+from streams.live.agents.verify import UserTables, VerifyAgent
 from streams.live.neighbours_job import NeighbourRefresher
 from streams.live.state import BatchState, history_from_table, ledger_from_table
 
@@ -35,6 +36,10 @@ class RequestsBatch:
         self.reps = BatchState(t["reps"], REPS.load, REPS.dump)
         self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
 
+    def tables(self) -> UserTables:
+        """The batch's state as the fused verify step reads it (each user read once)."""
+        return UserTables(self.ledger.get, self.history.get, self.confirmed.get)
+
     def save(self, proposals: Any) -> None:
         """Write the representations; count the proposals (one increment per strategy)."""
         self.reps.save()
@@ -42,17 +47,32 @@ class RequestsBatch:
             proposals(strategy).inc(n)
 
 
-def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
-    parts = ctx.parts
-    proposals = metrics.bound(metrics.PROPOSALS)
-    horizon_ms = parts.config.reader.neighbour_aggregate_ttl_ms
+class SpeculateAgent:
+    """requests → speculate; with ``verifier`` (``SOLARIS_FUSE_VERIFY``) it also verifies each
+    batch's proposals itself and sends ``verified`` instead of ``speculated``."""
 
-    async def on_request(rec: RequestEvent, state: RequestsBatch, event: Any) -> Any:
-        """One request's step; returns the delivery of its proposals (or None)."""
+    def __init__(
+        self,
+        ctx: AgentContext,
+        refresher: NeighbourRefresher | None,
+        verifier: VerifyAgent | None = None,
+    ) -> None:
+        self.ctx, self.refresher, self.verifier = ctx, refresher, verifier
+        self.proposals = metrics.bound(metrics.PROPOSALS)
+        self.horizon_ms = ctx.parts.config.reader.neighbour_aggregate_ttl_ms
+
+    async def on_request(
+        self, rec: RequestEvent, state: RequestsBatch, event: Any
+    ) -> ProposalBatch | None:
+        """One request's step; returns its proposals (or None)."""
+        parts, ctx = self.ctx.parts, self.ctx
         parts.now_ms = max(parts.now_ms, rec.event_time_ms)
-        parts.table_clocks.saw("reps", event.message.partition, rec.event_time_ms)
-        if refresher is not None:
-            await refresher.maybe_refresh(
+        partition = event.message.partition
+        parts.table_clocks.saw("reps", partition, rec.event_time_ms)
+        if self.verifier is not None:  # this agent writes the ledger too
+            parts.table_clocks.saw("ledger", partition, rec.event_time_ms)
+        if self.refresher is not None:
+            await self.refresher.maybe_refresh(
                 rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
             )
         entries = state.history.get(rec.user_id)
@@ -62,34 +82,52 @@ def register(ctx: AgentContext, refresher: NeighbourRefresher | None) -> None:
         reps = parts.stages.reps
         if reps is not None:
             before = reps.foreign
-            new = observe_representation(reps, rec, state.reps.get(rec.user_id), horizon_ms)
+            new = observe_representation(reps, rec, state.reps.get(user), self.horizon_ms)
             metrics.count_foreign_resets(reps.foreign - before, "representation")
             if new is not None:
-                state.reps.put(rec.user_id, new, event)
-        if batch is None:
-            return None
-        state.proposals.update(batch.strategies)
-        return await ctx.send("speculated", rec.user_id, batch, rec.event_time_ms)
+                state.reps.put(user, new, event)
+        if batch is not None:
+            state.proposals.update(batch.strategies)
+        return batch
 
-    @ctx.app.agent(ctx.topics["requests"], concurrency=1, name="speculate")
-    async def on_requests(stream: faust.StreamT) -> None:
-        async for events in ctx.batches(stream):
-            await ctx.finish("speculate", on_batch, events)
-
-    async def on_batch(events: list[Any]) -> None:
+    async def on_batch(self, events: list[Any]) -> None:
         """Speculate every request; state is saved only once the proposals are delivered, and
         the in-process state (prior, representations) is undone on an error, so a batch run
         again after a failed delivery starts from the same state."""
-        pending = []
+        ctx = self.ctx
+        speculated: list[tuple[Any, ProposalBatch]] = []
         state = RequestsBatch(ctx)
-        with undone_on_error(parts.stages):
+        with undone_on_error(ctx.parts.stages):
             for event in events:
                 rec = await ctx.admitted(event, RequestEvent)
                 if rec is None:
                     continue
                 async with ctx.processing(event):
-                    pending.append(await on_request(rec, state, event))
-            for delivery in pending:  # once per batch, before Faust acks the batch
-                if delivery is not None:
-                    await delivery
-            state.save(proposals)
+                    batch = await self.on_request(rec, state, event)
+                    if batch is not None:
+                        speculated.append((event, batch))
+            if self.verifier is not None:
+                await self.verifier.verify_speculated(speculated, state.tables())
+            else:
+                await self.send_all(speculated)
+            state.save(self.proposals)
+
+    async def send_all(self, speculated: list[tuple[Any, ProposalBatch]]) -> None:
+        """Send every proposal batch, then await the deliveries (once per batch, before Faust
+        acks the batch)."""
+        send = self.ctx.send
+        pending = [await send("speculated", b.user_id, b, b.event_time_ms) for _, b in speculated]
+        for delivery in pending:
+            await delivery
+
+
+def register(
+    ctx: AgentContext, refresher: NeighbourRefresher | None, verifier: VerifyAgent | None = None
+) -> None:
+    """The speculate agent on ``requests`` (see :class:`SpeculateAgent`)."""
+    agent = SpeculateAgent(ctx, refresher, verifier)
+
+    @ctx.app.agent(ctx.topics["requests"], concurrency=1, name="speculate")
+    async def on_requests(stream: faust.StreamT) -> None:
+        async for events in ctx.batches(stream):
+            await ctx.finish("speculate", agent.on_batch, events)

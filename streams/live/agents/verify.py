@@ -13,6 +13,8 @@ whole batch again (the ledger is not saved yet).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -34,6 +36,16 @@ UserState = dict[int, tuple[LedgerState, list[Entry]]]
 Confirmations = dict[int, frozenset[tuple[int, int]]]
 
 
+@dataclass(frozen=True, slots=True)
+class UserTables:
+    """How the agent reads a user's saved state (the verify agent: its tables; the fused
+    speculate agent: its batch's state, already read for speculating)."""
+
+    ledger: Callable[[int], LedgerState]
+    history: Callable[[int], list[Entry]]
+    confirmed: Callable[[int], frozenset[tuple[int, int]]]
+
+
 class VerifyAgent:
     def __init__(self, ctx: AgentContext) -> None:
         self.ctx = ctx
@@ -42,8 +54,38 @@ class VerifyAgent:
         self.confirmed: Confirmations = {}
 
     async def on_batch(self, events: list[Any]) -> None:
+        """One batch of ``speculated`` messages."""
         self.confirmed = {}
         decoded, state = await self._load(events)
+        await self.verify_decoded(decoded, state)
+
+    async def verify_speculated(self, decoded: Decoded, tables: UserTables) -> None:
+        """The fused path (``SOLARIS_FUSE_VERIFY``): verify the proposals the speculate agent
+        just made from its batch of requests, with its batch's table state (``tables``: the
+        user's ledger, history and confirmations, each read once), then send and save as
+        :meth:`on_batch` does. ``decoded`` pairs each proposal batch with its request event."""
+        self.confirmed = {}
+        state: UserState = {}
+        first_ms: dict[int, int] = {}
+        for event, b in decoded:
+            with as_current(event):  # state read in the request's partition
+                self._gather(b, state, first_ms, tables)
+        await self.verify_decoded(decoded, state)
+
+    def _gather(
+        self, b: ProposalBatch, state: UserState, first_ms: dict[int, int], tables: UserTables
+    ) -> None:
+        """Read what verifying ``b`` needs of its user, once per user and batch (call inside
+        the event's partition)."""
+        u = b.user_id
+        if u not in state:
+            state[u] = (tables.ledger(u), tables.history(u))
+            first_ms[u] = b.event_time_ms
+        if u not in self.confirmed and self._needs_confirmed(b, state[u][0], first_ms[u]):
+            self.confirmed[u] = tables.confirmed(u)
+
+    async def verify_decoded(self, decoded: Decoded, state: UserState) -> None:
+        """Verify, send the ``verified`` messages, then save the ledgers (see the module)."""
         if not decoded:
             return
         nonfinite = self._nonfinite()
@@ -77,19 +119,18 @@ class VerifyAgent:
         decoded: Decoded = []
         state: UserState = {}
         first_ms: dict[int, int] = {}  #: per user, the event time of its first request here
+        tables = UserTables(
+            lambda u: ledger_from_table(self.ledger.get(u)),
+            lambda u: history_from_table(self.history.get(u)),
+            lambda u: aggregate_confirmed(self.aggregates.get(u)),
+        )
         for event in events:
             b = await self.ctx.admitted(event, ProposalBatch)
             if b is None:
                 continue
             self.ctx.parts.table_clocks.saw("ledger", event.message.partition, b.event_time_ms)
-            u = b.user_id
             async with self.ctx.processing(event):  # state read in the event's partition
-                if u not in state:
-                    led = ledger_from_table(self.ledger.get(u))
-                    state[u] = (led, history_from_table(self.history.get(u)))
-                    first_ms[u] = b.event_time_ms
-                if u not in self.confirmed and self._needs_confirmed(b, state[u][0], first_ms[u]):
-                    self.confirmed[u] = aggregate_confirmed(self.aggregates.get(u))
+                self._gather(b, state, first_ms, tables)
                 decoded.append((event, b))
         return decoded, state
 
@@ -181,6 +222,8 @@ class VerifyAgent:
 
 
 def register(ctx: AgentContext) -> None:
+    """The verify agent on ``speculated`` (with ``SOLARIS_FUSE_VERIFY`` the speculate agent
+    calls :meth:`VerifyAgent.verify_speculated` instead, and nothing reads ``speculated``)."""
     agent = VerifyAgent(ctx)
 
     @ctx.app.agent(ctx.topics["speculated"], concurrency=1, name="verify")

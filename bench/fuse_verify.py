@@ -1,0 +1,134 @@
+"""``solaris bench fuse-verify``: CPU per event with and without the ``speculated`` hop.
+
+Issue 23 asks to cut hops where the measurement shows they cost. ``SOLARIS_FUSE_VERIFY`` runs
+the verify step inside the speculate agent; this bench measures both topologies on one
+machine in one run: each mode gets its own fresh deployment (pipeline worker + FM worker) and
+the same paced rates, and the modes alternate over ``rounds`` so slow drift of a noisy machine
+falls on both. Reported per rate: the CPU µs per event of each process (``/proc``, over the
+step), whether the pipeline kept up, and the ratio fused / separate of the median over rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.common import BenchResult, machine_info, ratio, redis_version
+from bench.live import PIPELINE_ROLES, LiveRun
+from bench.pipeline import DAY_MS, GROUP_TOPICS, LagSeries, PipelineConfig, cpu_meter, paced_step
+from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
+from streams.settings import Settings
+
+MODES = {"separate": "false", "fused": "true"}
+PROCESSES = ("total", "pipeline", "fm", "broker", "redis")
+
+
+@dataclass(frozen=True, slots=True)
+class FuseConfig:
+    rates: tuple[float, ...] = (400.0, 800.0, 1600.0)
+    step_s: float = 20.0
+    rounds: int = 2
+
+    @classmethod
+    def smoke(cls) -> FuseConfig:
+        return cls(rates=(40.0,), step_s=4.0, rounds=1)
+
+
+def _one_mode(
+    settings: Settings, bundle: Any, traffic: Any, mode: str, cfg: FuseConfig
+) -> list[dict[str, Any]]:
+    """The paced steps of one fresh deployment in ``mode`` (every rate, lowest first)."""
+    from models.data.traffic import read_traffic
+
+    env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS), "SOLARIS_FUSE_VERIFY": MODES[mode]}
+    log_dir = settings.cache_dir / "run" / "bench-logs"
+    step_cfg = PipelineConfig(step_s=cfg.step_s)
+    steps = []
+    with LiveRun(settings, bundle, log_dir, env) as run:
+        run.start("pipeline", PIPELINE_ROLES)
+        run.start("fm", "embed")
+        run.wait_ready(list(GROUP_TOPICS))
+        cpu = cpu_meter(run)
+        events = iter(read_traffic(traffic))
+        with LagSeries(run) as lags:
+            for rate in cfg.rates:
+                step = paced_step(run, lags, events, rate, step_cfg, cpu)
+                step.pop("lag_series")
+                steps.append({"mode": mode, **step})
+        time.sleep(1.5)  # workers flush the shared counters about once a second
+        # over the whole deployment (both modes must have verified and embedded pairs)
+        steps[-1]["counters"] = {f: run.counter(f) for f in ("verified", "embedded")}
+    return steps
+
+
+def run_fuse_verify(
+    settings: Settings, cfg: FuseConfig | None = None, smoke: bool = False
+) -> BenchResult:
+    """Both modes, alternating, ``cfg.rounds`` times; ratios of the medians per rate."""
+    cfg = cfg or (FuseConfig.smoke() if smoke else FuseConfig())
+    machine = machine_info({"redis": redis_version(settings.store_url)})
+    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
+    bundle = bench_bundle(settings, traffic, smoke)
+    steps: list[dict[str, Any]] = []
+    for rnd in range(cfg.rounds):
+        for mode in MODES if rnd % 2 == 0 else reversed(MODES):
+            steps += [{"round": rnd, **s} for s in _one_mode(settings, bundle, traffic, mode, cfg)]
+    medians = median_cpu(steps)
+    ratios: dict[str, float | None] = {}
+    for rate in cfg.rates:
+        sep, fused = medians.get(("separate", rate), {}), medians.get(("fused", rate), {})
+        for proc in ("total", "pipeline", "broker"):
+            ratios[f"cpu_{proc}_fused_over_separate_{rate:.0f}"] = ratio(
+                fused.get(proc), sep.get(proc)
+            )
+    results = {
+        "rates": list(cfg.rates),
+        "step_s": cfg.step_s,
+        "rounds": cfg.rounds,
+        "steps": steps,
+        "median_cpu_us_per_event": {
+            f"{mode}@{rate:.0f}": cpu for (mode, rate), cpu in sorted(medians.items())
+        },
+    }
+    return BenchResult("fuse-verify", machine, results, ratios, {}, smoke)
+
+
+def median_cpu(steps: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, float]]:
+    """Per (mode, rate): the median over rounds of each process's CPU µs per event."""
+    out: dict[tuple[str, float], dict[str, float]] = {}
+    keys = {(s["mode"], s["target_events_per_s"]) for s in steps}
+    for mode, rate in keys:
+        mine = [
+            s["cpu_us_per_event"]
+            for s in steps
+            if (s["mode"], s["target_events_per_s"]) == (mode, rate) and s["cpu_us_per_event"]
+        ]
+        out[(mode, rate)] = {
+            p: statistics.median(c[p] for c in mine)
+            for p in PROCESSES
+            if mine and all(c.get(p) is not None for c in mine)
+        }
+    return out
+
+
+def fuse_table(res: BenchResult) -> list[list[str]]:
+    """Rows ``rate | mode | round | achieved | max lag | kept up | CPU total (per process)``."""
+    rows = []
+    for s in sorted(res.results["steps"], key=lambda s: (s["target_events_per_s"], s["mode"])):
+        cpu = s.get("cpu_us_per_event") or {}
+        parts = " / ".join("n/a" if cpu.get(p) is None else f"{cpu[p]:.0f}" for p in PROCESSES[1:])
+        total = cpu.get("total")
+        rows.append(
+            [
+                f"{s['target_events_per_s']:.0f}",
+                s["mode"],
+                str(s["round"]),
+                f"{s['achieved_events_per_s']:.0f}",
+                str(s["max_lag"]),
+                "yes" if s["kept_up"] else "**no**",
+                f"{'n/a' if total is None else f'{total:.0f}'} ({parts})",
+            ]
+        )
+    return rows
