@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 from streams.engine.undo import UndoLog
 
@@ -44,6 +45,24 @@ class DecayedCounter:
         self._score[key] = self._score.get(key, 0.0) + weight * math.exp(exponent)
         if len(self._score) > 200_000:
             self._prune()
+
+    def add_many(self, keys: Iterable[int], event_time_ms: int) -> None:
+        """:meth:`add` of each key in order, with weight 1 (the same floats: the rebase and the
+        increment depend on the event time only, so they are computed once)."""
+        keys = [int(k) for k in keys]
+        if not keys:
+            return
+        self.add(keys[0], event_time_ms)  # t0, rebase and the undo of those, once
+        assert self._t0 is not None
+        increment = math.exp(self._rate * (event_time_ms - self._t0))
+        undo = self.undo
+        for key in keys[1:]:
+            score = self._score
+            if undo is not None:
+                undo.entry(score, key)
+            score[key] = score.get(key, 0.0) + increment
+            if len(score) > 200_000:
+                self._prune()
 
     def _prune(self) -> None:
         if self.undo is not None:

@@ -74,8 +74,7 @@ class RecurrencePrior:
         self, item_ids: Sequence[int], event_time_ms: int, user_id: int | None = None
     ) -> None:
         """Count one request's candidate list (call before verifying that request)."""
-        for item in item_ids:
-            self._counts.add(int(item), event_time_ms)
+        self._counts.add_many(item_ids, event_time_ms)
         if user_id is None:
             return
         self._observed += 1
