@@ -193,7 +193,12 @@ class RollingAggregator:
         return bucket_start + self.bucket_ms <= state.newest_ms - self.window_ms
 
     def _evict(self, state: AggregateState) -> None:
-        for start in [s for s in state.buckets if self._expired(state, s)]:
+        expired = [s for s in state.buckets if self._expired(state, s)]
+        if not expired:
+            # every dedup entry's bucket is in ``buckets`` (they are added and dropped
+            # together), so none expired either: the set is not rebuilt on every embedding
+            return
+        for start in expired:
             del state.buckets[start]
         # Dedup entries live exactly as long as the bucket that counted them: dropping them at
         # the horizon while their bucket stayed let a late redelivery be counted twice.

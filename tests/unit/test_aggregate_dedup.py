@@ -51,3 +51,25 @@ def test_embedding_of_another_size_is_refused_with_a_clear_error() -> None:
     wide = PairEmbedding(1, 11, T0 + 1, "v1", VectorDtype.FLOAT16.value, 8, bytes(16))
     with pytest.raises(ValueError, match="dim 8 for user 1's 4-dim aggregate"):
         agg.add(state, [wide])
+
+
+def test_dedup_entries_are_exactly_those_of_live_buckets_after_every_add() -> None:
+    """The rebuild of ``seen`` is skipped when no bucket expired; after every add (random
+    times, redeliveries, jumps past the window) it must still hold exactly the entries whose
+    bucket is kept, and the aggregates must match a fresh fold of the kept buckets."""
+    rng = np.random.default_rng(11)
+    agg = RollingAggregator(window_ms=6 * H, bucket_ms=H)
+    state = AggregateState()
+    sent: list[PairEmbedding] = []
+    t = T0
+    for n in range(400):
+        t += int(rng.integers(0, 20 * 60_000 if n % 60 else 8 * H))
+        late = t - int(rng.integers(0, 7 * H))  # some land in expired buckets
+        batch = [emb(int(rng.integers(50)), int(rng.choice([t, late])), float(n % 5))]
+        if sent and rng.random() < 0.2:
+            batch.append(sent[int(rng.integers(len(sent)))])  # a redelivery
+        agg.add(state, batch)
+        sent += batch
+        starts = set(state.buckets)
+        assert {(i, s) for i, s in state.seen if s - s % H not in starts} == set(), n
+        assert sum(c for c, _ in state.buckets.values()) == len(state.seen), n
