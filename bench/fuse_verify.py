@@ -39,10 +39,18 @@ class FuseConfig:
 def _one_mode(
     settings: Settings, bundle: Any, traffic: Any, mode: str, cfg: FuseConfig
 ) -> list[dict[str, Any]]:
-    """The paced steps of one fresh deployment in ``mode`` (every rate, lowest first)."""
+    steps = paced_deployment(settings, bundle, traffic, cfg, {"SOLARIS_FUSE_VERIFY": MODES[mode]})
+    return [{"mode": mode, **s} for s in steps]
+
+
+def paced_deployment(
+    settings: Settings, bundle: Any, traffic: Any, cfg: FuseConfig, env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The paced steps of one fresh deployment (pipeline + FM worker) with ``env`` (every
+    rate of ``cfg``, lowest first); the last step carries the deployment's counters."""
     from models.data.traffic import read_traffic
 
-    env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS), "SOLARIS_FUSE_VERIFY": MODES[mode]}
+    env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS), **env}
     log_dir = settings.cache_dir / "run" / "bench-logs"
     step_cfg = PipelineConfig(step_s=cfg.step_s)
     steps = []
@@ -56,7 +64,7 @@ def _one_mode(
             for rate in cfg.rates:
                 step = paced_step(run, lags, events, rate, step_cfg, cpu)
                 step.pop("lag_series")
-                steps.append({"mode": mode, **step})
+                steps.append(step)
         time.sleep(1.5)  # workers flush the shared counters about once a second
         # over the whole deployment (both modes must have verified and embedded pairs)
         steps[-1]["counters"] = {f: run.counter(f) for f in ("verified", "embedded")}

@@ -227,6 +227,25 @@ class EngineFields(BaseModel):
             "`speculate` and `verify` roles in the same worker; nothing is sent to `speculated`."
         ),
     )
+    consumer_fetch_min_bytes: int = Field(
+        1,
+        ge=1,
+        le=52_428_800,
+        description=(
+            "Bytes the broker gathers before it answers one of the workers' fetches (Kafka's "
+            "fetch.min.bytes; Faust leaves aiokafka's 1: a fetch per few messages at low rates)."
+        ),
+    )
+    consumer_fetch_max_wait_ms: int = Field(
+        1500,
+        ge=0,
+        le=60_000,
+        description=(
+            "Longest the broker holds one of the workers' fetches to gather "
+            "SOLARIS_CONSUMER_FETCH_MIN_BYTES (Kafka's fetch.max.wait.ms; Faust's 1500): at most "
+            "this much latency per hop when traffic is thin."
+        ),
+    )
     agent_batch_size: int = Field(
         256,
         gt=0,

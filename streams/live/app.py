@@ -32,7 +32,7 @@ import faust
 from streams.engine.state import CODECS
 from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.kafka_security import faust_credentials
-from streams.live import faust_commits, faust_fastpath, table_expiry
+from streams.live import faust_commits, faust_fastpath, faust_fetch, table_expiry
 from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
 from streams.live.components import Components
@@ -138,6 +138,7 @@ def create_app(
     check_roles(roles, settings.fuse_verify)
     faust_commits.install()  # never commit past an unacked message (see the module)
     faust_fastpath.install()  # no tasks per fetched message when the app takes it at once
+    faust_fetch.install(settings.consumer_fetch_min_bytes, settings.consumer_fetch_max_wait_ms)
     aid = app_id(settings, roles)
     app = faust_app(settings, aid, web_port, store)
     P = settings.topic_partitions
