@@ -18,7 +18,7 @@ from typing import Any
 from bench.common import BenchResult, machine_info, ratio, redis_version
 from bench.live import PIPELINE_ROLES, LiveRun
 from bench.pipeline import DAY_MS, GROUP_TOPICS, LagSeries, PipelineConfig, cpu_meter, paced_step
-from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
+from bench.workload import live_workload
 from streams.settings import Settings
 
 MODES = {"separate": "false", "fused": "true"}
@@ -77,8 +77,7 @@ def run_fuse_verify(
     """Both modes, alternating, ``cfg.rounds`` times; ratios of the medians per rate."""
     cfg = cfg or (FuseConfig.smoke() if smoke else FuseConfig())
     machine = machine_info({"redis": redis_version(settings.store_url)})
-    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
-    bundle = bench_bundle(settings, traffic, smoke)
+    traffic, bundle = live_workload(settings, smoke)
     steps: list[dict[str, Any]] = []
     for rnd in range(cfg.rounds):
         for mode in MODES if rnd % 2 == 0 else reversed(MODES):

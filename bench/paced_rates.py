@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.common import machine_info
 from bench.fuse_verify import FuseConfig, paced_deployment
-from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
+from bench.workload import live_workload
 from streams.settings import Settings
 
 PROCESSES = ("total", "pipeline", "fm", "broker", "redis")
@@ -29,8 +29,7 @@ def run(
     """The steps of one deployment at ``rates`` with this checkout's code and the workers'
     extra environment ``env`` (e.g. a setting to compare)."""
     settings = Settings()
-    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
-    bundle = bench_bundle(settings, traffic, smoke)
+    traffic, bundle = live_workload(settings, smoke)
     steps = paced_deployment(settings, bundle, traffic, FuseConfig(rates, step_s, 1), env)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False

@@ -32,7 +32,7 @@ import numpy as np
 from bench.common import BenchResult, machine_info, ratio, redis_version
 from bench.cpu import CpuMeter, broker_pids, redis_pids
 from bench.live import PIPELINE_ROLES, LiveRun
-from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
+from bench.workload import live_workload
 from schemas.records import ImpressionEvent, RequestEvent
 from streams.lag import LagReader
 from streams.replay import replay_events
@@ -224,8 +224,7 @@ def run_pipeline(
 
     cfg = cfg or (PipelineConfig.smoke() if smoke else PipelineConfig())
     machine = machine_info({"redis": redis_version(settings.store_url)})
-    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
-    bundle = bench_bundle(settings, traffic, smoke)
+    traffic, bundle = live_workload(settings, smoke)
     log_dir = settings.cache_dir / "run" / "bench-logs"
     producer = _producer_max(settings, bundle, traffic, cfg.producer_probe_events, log_dir)
     env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS)}

@@ -172,3 +172,9 @@ def pair_workload(
         histories.append(hist)
         total += len(items)
     return PairWorkload(messages, histories)
+
+
+def live_workload(settings: Settings, smoke: bool) -> tuple[Path, Path]:
+    """The live benchmarks' traffic file and its trained bundle (smoke: the small ones)."""
+    traffic = bench_traffic(settings, SMOKE_TRAFFIC if smoke else FULL_TRAFFIC)
+    return traffic, bench_bundle(settings, traffic, smoke)

@@ -339,7 +339,7 @@ def _live_values(settings: Settings, codec: Codec, users: set[int]) -> Any:
 
 
 def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: Path) -> None:
-    from tests.integration.value_parity import compare_vectors, simulated_for
+    from tests.integration.value_parity import assert_vectors_equal, simulated_for
 
     settings = fuzz_run["settings"]
     offline = simulated_for(settings, bundle, fuzz_run["events"])
@@ -347,18 +347,6 @@ def test_valid_traffic_values_equal_simulator(fuzz_run: dict[str, Any], bundle: 
     assert live.histories.keys() == offline.histories.keys()
     wrong = [k for k in offline.histories if live.histories[k] != offline.histories[k]]
     assert not wrong, f"{len(wrong)} pairs embedded with another history, e.g. {wrong[:2]}"
-    for name, got, want in (
-        ("pairs", live.pairs, offline.pairs),
-        ("aggregates", live.aggregates, offline.aggregates),
-        ("states", live.states, offline.states),
-    ):
-        diff = compare_vectors(got, want)
-        assert not diff.only_left and not diff.only_right, (
-            f"{name}: {len(diff.only_left)} only live, {len(diff.only_right)} only simulated"
-        )
-        assert not diff.header_mismatch, f"{name}: headers differ for {diff.header_mismatch[:3]}"
-        assert diff.max_abs_delta <= 2e-3, f"{name}: max |delta| {diff.max_abs_delta}"
-        print(f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical")
-        assert len(want) >= 5
+    assert_vectors_equal(live, offline)
     # the fuzzed messages changed no valid user's stored history (fair VM features)
     assert live.user_histories == offline.user_histories and len(offline.user_histories) >= 5

@@ -230,9 +230,23 @@ def assert_live_values_equal(live: Values, offline: Values) -> None:
 
     # 2. Every exact pair vector, 3. every user aggregate and every user FM state (the state
     # tier) in Redis equals the simulator's.
-    # Lockstep feeds the FM one request's pairs per batch, as the simulator does, so the bytes
-    # are expected to be identical; a different ONNX batch composition could move float16
-    # roundings by one ulp, which the tolerance below allows and the assert message reports.
+    assert_vectors_equal(live, offline)
+
+    # 4. Every user's stored history (the fair vm_solaris's streaming features) is the
+    # simulator's, byte for byte.
+    assert live.user_histories.keys() == offline.user_histories.keys()
+    differ = [
+        k for k in offline.user_histories if live.user_histories[k] != offline.user_histories[k]
+    ]
+    assert not differ, f"{len(differ)} stored histories differ, e.g. {differ[0]!r}"
+    assert len(offline.user_histories) >= 5
+
+
+def assert_vectors_equal(live: Values, offline: Values) -> None:
+    """Every exact pair vector, user aggregate and user FM state in Redis equals the
+    simulator's. Lockstep feeds the FM one request's pairs per batch, as the simulator does,
+    so the bytes are expected to be identical; a different ONNX batch composition could move
+    float16 roundings by one ulp, which the tolerance allows and the message reports."""
     for name, got, want in (
         ("pairs", live.pairs, offline.pairs),
         ("aggregates", live.aggregates, offline.aggregates),
@@ -248,12 +262,3 @@ def assert_live_values_equal(live: Values, offline: Values) -> None:
             f"{name}: {len(want)} keys, {diff.equal_bytes} byte-identical, max |d| {diff.max_abs_delta}"
         )
         assert len(want) >= 5
-
-    # 4. Every user's stored history (the fair vm_solaris's streaming features) is the
-    # simulator's, byte for byte.
-    assert live.user_histories.keys() == offline.user_histories.keys()
-    differ = [
-        k for k in offline.user_histories if live.user_histories[k] != offline.user_histories[k]
-    ]
-    assert not differ, f"{len(differ)} stored histories differ, e.g. {differ[0]!r}"
-    assert len(offline.user_histories) >= 5
