@@ -35,7 +35,7 @@ from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.expiry import dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
-from streams.engine.steps.speculate import SavedRep, observe_representation, speculate
+from streams.engine.steps.speculate import SavedRep, request_step
 from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
@@ -165,13 +165,18 @@ class Simulator:
         cfg, u = self.config, r.user_id
         self._expire_dead_states(r.event_time_ms)
         ledger = self.ledgers.setdefault(u, LedgerState())
-        batch = speculate(r, ledger.pairs, self._confirmed(u), self.history.entries(u), self.stages)
-        if self.reps is not None:
-            saved = observe_representation(
-                self.reps, r, self.saved_reps.get(u), cfg.reader.neighbour_aggregate_ttl_ms
-            )
-            if saved is not None:
-                self.saved_reps[u] = saved
+        out = request_step(
+            r,
+            ledger.pairs,
+            self._confirmed(u),
+            self.history.entries(u),
+            lambda: self.saved_reps.get(u),
+            self.stages,
+            cfg.reader.neighbour_aggregate_ttl_ms,
+        )
+        if out.rep is not None:
+            self.saved_reps[u] = out.rep
+        batch = out.proposals
         if batch is None:
             return
         (res,) = verify_requests(

@@ -139,3 +139,38 @@ def test_the_undo_log_is_off_outside_a_batch() -> None:
     assert stages.prior is not None and stages.prior._undo is None
     assert stages.prior._counts.undo is None and stages.reps is not None
     assert stages.reps._undo is None
+
+
+def test_request_step_is_speculate_then_the_representation_as_both_drivers_ran_them() -> None:
+    """Both drivers call :func:`request_step`; it must give what the two rules give in that
+    order (proposals with their recurrence inputs, then the representation to persist)."""
+    from streams.engine.steps.speculate import SavedRep, request_step
+
+    one, two = _stages(), _stages()
+    saved: dict[int, SavedRep] = {}
+    for rec in _requests():
+        want = speculate(rec, {}, frozenset, [], one)
+        assert one.reps is not None
+        want_rep = observe_representation(one.reps, rec, saved.get(rec.user_id), HORIZON_MS)
+        got = request_step(
+            rec, {}, frozenset, [], lambda u=rec.user_id: saved.get(u), two, HORIZON_MS
+        )
+        assert got.proposals == want and got.rep == want_rep and got.foreign_resets == 0
+        if got.rep is not None:
+            saved[rec.user_id] = got.rep
+    assert _state(one) == _state(two)
+
+
+def test_request_step_without_a_neighbour_tier_never_loads_a_representation() -> None:
+    from dataclasses import replace
+
+    from streams.engine.steps.speculate import request_step
+
+    stages = replace(_stages(), reps=None)
+
+    def never() -> None:
+        raise AssertionError("loaded a representation with no neighbour tier")
+
+    rec = _requests()[0]
+    got = request_step(rec, {}, frozenset, [], never, stages, HORIZON_MS)
+    assert got.rep is None and got.proposals == speculate(rec, {}, frozenset, [], _stages())

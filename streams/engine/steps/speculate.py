@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,3 +115,36 @@ def observe_representation(
         reps.forget(rec.user_id)
     reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
     return SavedRep(reps.vector(rec.user_id).tolist(), rec.event_time_ms, reps.version_tag)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """What :func:`request_step` made of one request."""
+
+    #: the proposals to verify (None: nothing needs embedding)
+    proposals: ProposalBatch | None
+    #: the user's representation to persist (None: unchanged, or no neighbour tier)
+    rep: SavedRep | None
+    #: saved representations refused as another model's while restoring this user's
+    foreign_resets: int = 0
+
+
+def request_step(
+    rec: RequestEvent,
+    ledger: dict[int, int],
+    confirmed: Confirmed,
+    entries: list[Entry],
+    saved_rep: Callable[[], SavedRep | None],
+    stages: Stages,
+    horizon_ms: int,
+) -> RequestOutcome:
+    """One request's speculate-side rules, in the order both drivers run them: propose pairs
+    (feeding the recurrence prior), then fold the candidates into the user's representation.
+    ``saved_rep`` loads the persisted representation, only when there is a neighbour tier."""
+    proposals = speculate(rec, ledger, confirmed, entries, stages)
+    reps = stages.reps
+    if reps is None:
+        return RequestOutcome(proposals, None)
+    before = reps.foreign
+    rep = observe_representation(reps, rec, saved_rep(), horizon_ms)
+    return RequestOutcome(proposals, rep, reps.foreign - before)

@@ -15,7 +15,7 @@ import faust
 from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.stages import undone_on_error
 from streams.engine.state import REPS, aggregate_confirmed
-from streams.engine.steps.speculate import observe_representation, speculate
+from streams.engine.steps.speculate import request_step
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
 from streams.live.agents.verify import UserTables, VerifyAgent
@@ -75,20 +75,22 @@ class SpeculateAgent:
             await self.refresher.maybe_refresh(
                 rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
             )
-        entries = state.history.get(rec.user_id)
         user = rec.user_id
-        confirmed = functools.partial(state.confirmed.get, user)  # in this event's partition
-        batch = speculate(rec, state.ledger.get(user).pairs, confirmed, entries, parts.stages)
-        reps = parts.stages.reps
-        if reps is not None:
-            before = reps.foreign
-            new = observe_representation(reps, rec, state.reps.get(user), self.horizon_ms)
-            metrics.count_foreign_resets(reps.foreign - before, "representation")
-            if new is not None:
-                state.reps.put(user, new, event)
-        if batch is not None:
-            state.proposals.update(batch.strategies)
-        return batch
+        out = request_step(  # state read in this event's partition
+            rec,
+            state.ledger.get(user).pairs,
+            functools.partial(state.confirmed.get, user),
+            state.history.get(user),
+            functools.partial(state.reps.get, user),
+            parts.stages,
+            self.horizon_ms,
+        )
+        metrics.count_foreign_resets(out.foreign_resets, "representation")
+        if out.rep is not None:
+            state.reps.put(user, out.rep, event)
+        if out.proposals is not None:
+            state.proposals.update(out.proposals.strategies)
+        return out.proposals
 
     async def on_batch(self, events: list[Any]) -> None:
         """Speculate every request; state is saved only once the proposals are delivered, and
