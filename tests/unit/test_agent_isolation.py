@@ -159,14 +159,14 @@ def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
 def test_speculate_agent_dead_letters_only_the_request_whose_step_raises(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = requests_agent.speculate
+    real = requests_agent.request_step
 
     def failing(rec: RequestEvent, *args: Any) -> Any:
         if POISON in rec.candidates:
             raise RuntimeError("speculation blew up")
         return real(rec, *args)
 
-    monkeypatch.setattr(requests_agent, "speculate", failing)
+    monkeypatch.setattr(requests_agent, "request_step", failing)
 
     async def body(app: faust.App, parts: Components, sent: Sent) -> None:
         enc = parts.codec.encode
