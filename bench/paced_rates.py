@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine_info
-from bench.fuse_verify import FuseConfig, paced_deployment
+from bench.fuse_verify import FuseConfig, median_cpu, paced_deployment
 from bench.workload import live_workload
+from models.results import provenance
 from streams.settings import Settings
-
-PROCESSES = ("total", "pipeline", "fm", "broker", "redis")
 
 
 def run(
@@ -31,12 +28,11 @@ def run(
     settings = Settings()
     traffic, bundle = live_workload(settings, smoke)
     steps = paced_deployment(settings, bundle, traffic, FuseConfig(rates, step_s, 1), env)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    made = provenance()  # the checkout whose code the workers ran, and whether it was dirty
     label = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
     return {
-        "commit": commit,
+        "commit": str(made["commit"])[:7],
+        "provenance": made,
         "env": env,
         "label": label,
         "machine": machine_info({}),
@@ -46,20 +42,16 @@ def run(
 
 def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per commit (and workers' env) and rate: the median over its runs of each process's CPU
-    µs per event."""
+    µs per event (:func:`bench.fuse_verify.median_cpu`, with the run's name as the mode)."""
+    steps = [
+        {**s, "mode": f"{r['commit']} {r.get('label', '')}".strip()}
+        for r in runs
+        for s in r["steps"]
+    ]
     out: dict[str, dict[str, dict[str, float]]] = {}
-    by: dict[tuple[str, float], list[dict[str, float]]] = {}
-    for r in runs:
-        for s in r["steps"]:
-            if s.get("cpu_us_per_event"):
-                name = f"{r['commit']} {r.get('label', '')}".strip()
-                by.setdefault((name, s["target_events_per_s"]), []).append(s["cpu_us_per_event"])
-    for (commit, rate), cpus in by.items():
-        out.setdefault(commit, {})[f"{rate:.0f}"] = {
-            p: statistics.median(c[p] for c in cpus)
-            for p in PROCESSES
-            if all(c.get(p) is not None for c in cpus)
-        }
+    for (name, rate), cpu in median_cpu(steps).items():
+        if cpu:
+            out.setdefault(name, {})[f"{rate:.0f}"] = cpu
     return out
 
 

@@ -54,3 +54,17 @@ def test_fuse_table_rows_are_sorted_by_rate_then_mode() -> None:
         ("800", "separate"),
     ]
     assert rows[0][-1] == "2 (2 / 1 / 2 / 0)"
+
+
+def test_paced_rates_compare_is_the_median_per_run_name_and_rate() -> None:
+    from bench.paced_rates import compare
+
+    def run_of(commit: str, label: str, total: float) -> dict[str, object]:
+        s = step("", 400, 0, total, total / 2)
+        s.pop("mode")
+        return {"commit": commit, "label": label, "steps": [s]}
+
+    got = compare(
+        [run_of("abc1234", "", 900), run_of("abc1234", "", 1100), run_of("abc1234", "X=1", 500)]
+    )
+    assert got["abc1234"]["400"]["total"] == 1000 and got["abc1234 X=1"]["400"]["pipeline"] == 250
