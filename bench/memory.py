@@ -205,6 +205,7 @@ def short_lifetime_env(span_ms: int) -> dict[str, str]:
         "AGGREGATE_BUCKET_MS": life // 6,
         "AGGREGATE_TTL_MS": life,
         "NEIGHBOUR_AGGREGATE_TTL_MS": life,
+        "VERIFIER_PAIR_MEMORY_MS": life,
         "TABLE_EXPIRY_GRACE_MS": life // 3,
         "TABLE_SWEEP_INTERVAL_S": SHORT_SWEEP_INTERVAL_S,
     }

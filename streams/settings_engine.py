@@ -92,7 +92,17 @@ class EngineFields(BaseModel):
         "recurrence",
         description=(
             "Order of pairs kept per request: recurrence (user's recent candidate lists + item "
-            "prior), VM score, item prior, or prior x VM."
+            "prior), pair (the user's recent candidate lists only: every input is stored "
+            "per-user state), VM score, item prior, or prior x VM."
+        ),
+    )
+    verifier_pair_memory_ms: int = Field(
+        4 * HOUR_MS,
+        gt=0,
+        description=(
+            "How long a user's candidate list counts in the recurrence and pair rankings "
+            "(event time); the stored pair memory is deleted this long (plus the table "
+            "expiry grace) after the user's last request."
         ),
     )
     neighbours_k: int = Field(8, gt=0, description="Neighbours per user in the neighbour tier.")

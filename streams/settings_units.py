@@ -5,5 +5,5 @@ from __future__ import annotations
 from typing import Literal
 
 HOUR_MS = 3_600_000
-RankBy = Literal["recurrence", "vm", "prior", "vm_x_prior"]
+RankBy = Literal["recurrence", "pair", "vm", "prior", "vm_x_prior"]
 """What orders the pairs the verifier keeps per request (see ``streams.engine.verifier``)."""

@@ -57,6 +57,7 @@ class EngineConfig:
                 top_k=settings.verifier_top_k,
                 top_fraction=settings.verifier_top_fraction,
                 rank_by=settings.verifier_rank_by,
+                pair_memory_ms=settings.verifier_pair_memory_ms,
             ),
             neighbour_config(settings),
             reader_config(settings, settings.embedding_dim if dim is None else dim, model_version),

@@ -3,111 +3,72 @@
 The VM scores *relevance*; which pairs come back depends on the retrieval that builds candidate
 lists. Two cheap signals, both known at speculation time:
 
-* the **item prior**: decayed frequency of the item in recent candidate lists (items retrieval
-  keeps returning to everybody — trending, popular);
-* the **pair memory**: in how many of *this user's* last few candidate lists the item already
-  appeared (items retrieval keeps returning to this user).
+* the **pair memory** (:class:`PairMemory`): in how many of *this user's* last few candidate
+  lists the item already appeared (items retrieval keeps returning to this user). It is per-user
+  state: the live workers keep it in the ``recent`` table (:mod:`streams.engine.state`), the
+  simulator in a dict, so a restarted or rebalanced worker reads back exactly what the
+  simulator holds;
+* the **item prior** (:class:`ItemPrior`): decayed frequency of the item in recent candidate
+  lists (items retrieval keeps returning to everybody: trending, popular). It counts every
+  request a process sees, so it is process state: in the live pipeline each worker counts the
+  requests of its own partitions and re-warms after a restart, an approximation of the
+  simulator's global count. ``rank_by="pair"`` ranks by the pair memory alone, so every input
+  of its ranking is stored state.
 
 Measured with ``solaris simulate --sweep`` (4 h TTL, exact coverage over all candidates at a 10 %
 per-request budget; random selection / the VM's relevance ranking / this score / a verifier that
 knows the future): ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 / 0.033 / 0.048 /
 0.055. At a 50 % budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens).
 
-State is per process: in the live pipeline each worker counts the requests of its own partitions
-(a user's requests all reach one worker) and re-warms after a restart. While a live batch runs,
-every change is recorded in an undo log (:meth:`RecurrencePrior.begin`), so a batch run again
-after an infrastructure error counts its requests once (:mod:`streams.engine.undo`). Only the speculate step
-reads and writes it: it attaches each proposal's raw inputs (item prior count, pair count) to the
-proposals as of the request, so the verify step ranks from the message alone, in any thread and
-however far the requests agent has run ahead (before, the verify step read this object in the
-model thread while the event loop wrote it, and its ranking depended on how many later requests
-had been counted).
+While a live batch runs, every change to the item prior is recorded in an undo log
+(:meth:`ItemPrior.begin`), so a batch run again after an infrastructure error counts its
+requests once (:mod:`streams.engine.undo`); the pair memory needs none (a table value, saved
+only once the batch is delivered) and recognises a redelivered request by its id. Only the
+speculate step reads and writes either: it attaches each proposal's raw inputs (item prior
+count, pair count) to the proposals as of the request, so the verify step ranks from the
+message alone, in any thread and however far the requests agent has run ahead.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from streams.engine.lookahead import DecayedCounter
 from streams.engine.undo import UndoLog
 
-_SWEEP_EVERY = 10_000  # observed requests between sweeps of idle users
+#: candidate lists counted per request (the user's newest up to the request)
+LISTS_PER_USER = 4
+#: lists stored beyond those: a redelivered tail of up to this many requests per user (a
+#: worker that died after saving its tables, before committing its offsets) still finds the
+#: older lists it counted the first time (~4.5 kB per user with 50 candidates each)
+REDELIVERY_SLACK = 2
+#: the rankings that read the pair memory (the others never load or store it)
+PAIR_RANKINGS = ("recurrence", "pair")
+#: the rankings that read the item prior
+PRIOR_RANKINGS = ("recurrence", "prior", "vm_x_prior")
 
 
-class RecurrencePrior:
-    """Item prior (decayed frequency in candidate lists) plus each user's recent candidate lists."""
+class ItemPrior:
+    """Decayed frequency of items in the candidate lists this process has seen."""
 
-    def __init__(
-        self,
-        half_life_ms: int = 6 * 3_600_000,
-        lists_per_user: int = 4,
-        memory_ms: int = 4 * 3_600_000,
-        max_users: int = 200_000,
-    ) -> None:
+    def __init__(self, half_life_ms: int = 6 * 3_600_000) -> None:
         self._counts = DecayedCounter(half_life_ms)
-        self.lists_per_user = lists_per_user
-        self.memory_ms = memory_ms
-        #: bounds memory (~3 kB per user with 4 lists of 50 candidates)
-        self.max_users = max_users
-        self._lists: dict[int, deque[tuple[int, np.ndarray]]] = {}
-        self._observed = 0
-        self._undo: UndoLog | None = None
 
     def begin(self, undo: UndoLog) -> None:
         """Record every change in ``undo`` until :meth:`end` (one live batch)."""
-        self._undo = self._counts.undo = undo
-        undo.attribute(self, "_observed")
+        self._counts.undo = undo
 
     def end(self) -> None:
         """Stop recording (after the batch's commit or rollback)."""
-        self._undo = self._counts.undo = None
+        self._counts.undo = None
 
-    def _touch(self, user_id: int) -> None:
-        if self._undo is not None:
-            self._undo.entry(self._lists, user_id, copy=_copy_lists)
-
-    def observe(
-        self, item_ids: Sequence[int], event_time_ms: int, user_id: int | None = None
-    ) -> None:
+    def observe(self, item_ids: Sequence[int], event_time_ms: int) -> None:
         """Count one request's candidate list (call before verifying that request)."""
         self._counts.add_many(item_ids, event_time_ms)
-        if user_id is None:
-            return
-        self._observed += 1
-        if self._observed % _SWEEP_EVERY == 0:  # users idle past the memory count for nothing
-            self._drop_idle(event_time_ms)
-        self._touch(user_id)
-        lists = self._lists.get(user_id)
-        if lists is None:
-            if len(self._lists) >= self.max_users:
-                self._evict(event_time_ms)
-            lists = self._lists[user_id] = deque(maxlen=self.lists_per_user)
-        # sorted and unique: pair_counts then counts memberships with one sort and two binary
-        # searches instead of one np.isin per list (13.7 % of the live event loop at 400/s)
-        lists.append((event_time_ms, np.unique(np.asarray(item_ids, np.int64))))
-
-    def _drop_idle(self, now_ms: int) -> int:
-        stale = [u for u, q in self._lists.items() if now_ms - q[-1][0] > self.memory_ms]
-        for u in stale:
-            self._touch(u)
-            del self._lists[u]
-        return len(stale)
-
-    def _evict(self, now_ms: int) -> None:
-        """Full: drop users idle past the memory; if that frees little, the oldest half."""
-        if self._drop_idle(now_ms) < len(self._lists) // 10:
-            by_age = sorted(self._lists, key=lambda u: self._lists[u][-1][0])
-            for u in by_age[: len(by_age) // 2]:
-                self._touch(u)
-                del self._lists[u]
-
-    def tracked_users(self) -> int:
-        """Users whose recent candidate lists are held (for tests and metrics)."""
-        return len(self._lists)
 
     def raw_counts(self, item_ids: Sequence[int]) -> np.ndarray:
         """The item prior's decayed count of each item, float64 ``[n]`` (not normalised)."""
@@ -117,15 +78,57 @@ class RecurrencePrior:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""
         return normalised(self.raw_counts(item_ids))
 
-    def pair_counts(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> np.ndarray:
-        """In how many of the user's candidate lists of the last ``memory_ms`` (up to
-        ``event_time_ms``, inclusive) each item appeared, float64 ``[n]``."""
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RecentList:
+    """One remembered candidate list: the request's id, its event time, and its candidates
+    sorted and unique (so :meth:`PairMemory.pair_counts` counts memberships with one sort and
+    two binary searches instead of one ``np.isin`` per list)."""
+
+    request_id: str
+    seen_at_ms: int
+    items: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RecentList)
+            and (self.request_id, self.seen_at_ms) == (other.request_id, other.seen_at_ms)
+            and np.array_equal(self.items, other.items)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # holds an array
+
+
+@dataclass(frozen=True, slots=True)
+class PairMemory:
+    """One user's last :data:`LISTS_PER_USER` + :data:`REDELIVERY_SLACK` candidate lists,
+    oldest first (immutable: the step returns a new value, the driver stores it)."""
+
+    lists: tuple[RecentList, ...] = ()
+
+    @property
+    def newest_ms(self) -> int | None:
+        """Event time of the newest list (None: nothing remembered)."""
+        return self.lists[-1].seen_at_ms if self.lists else None
+
+    def remember(self, request_id: str, item_ids: Sequence[int], event_time_ms: int) -> PairMemory:
+        """The memory with this request's list added (the oldest dropped past the lists
+        kept); unchanged for a request already remembered (a redelivery)."""
+        if any(kept.request_id == request_id for kept in self.lists):
+            return self
+        listed = RecentList(request_id, event_time_ms, np.unique(np.asarray(item_ids, np.int64)))
+        return PairMemory((*self.lists, listed)[-(LISTS_PER_USER + REDELIVERY_SLACK) :])
+
+    def pair_counts(
+        self, item_ids: Sequence[int], event_time_ms: int, memory_ms: int
+    ) -> np.ndarray:
+        """In how many of the user's newest :data:`LISTS_PER_USER` lists of the last
+        ``memory_ms`` (up to ``event_time_ms``, inclusive: a later list, already stored when a
+        request is redelivered, does not count) each item appeared, float64 ``[n]``."""
         items = np.asarray(item_ids, np.int64)
         recent = [
-            listed
-            for t, listed in self._lists.get(user_id, ())
-            if 0 <= event_time_ms - t <= self.memory_ms
-        ]
+            kept.items for kept in self.lists if 0 <= event_time_ms - kept.seen_at_ms <= memory_ms
+        ][-LISTS_PER_USER:]
         if not recent:
             return np.zeros(items.shape[0], np.float64)
         # each list is unique, so an item's occurrences in them all = the lists that hold it
@@ -133,16 +136,19 @@ class RecurrencePrior:
         hits = np.searchsorted(merged, items, "right") - np.searchsorted(merged, items, "left")
         return hits.astype(np.float64)
 
-    def recurrence(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> np.ndarray:
-        """Pair memory + item prior: the user's own recurrence first, the prior breaks ties."""
-        total: np.ndarray = self.pair_counts(user_id, item_ids, event_time_ms) + self.scores(
-            item_ids
-        )
-        return total
+    def to_json(self) -> list[list[Any]]:
+        """The table value: ``[[request id, event time, [items]], ...]``, oldest first."""
+        return [[k.request_id, k.seen_at_ms, k.items.tolist()] for k in self.lists]
+
+    @classmethod
+    def from_json(cls, value: Any) -> PairMemory:
+        """Decode a table value (None: a user never seen)."""
+        if not value:
+            return EMPTY_MEMORY
+        return cls(tuple(RecentList(str(r), int(t), np.asarray(i, np.int64)) for r, t, i in value))
 
 
-def _copy_lists(lists: deque[tuple[int, np.ndarray]]) -> deque[tuple[int, np.ndarray]]:
-    return deque(lists, maxlen=lists.maxlen)  # the arrays in it are never changed in place
+EMPTY_MEMORY = PairMemory()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +180,10 @@ def recurrence_key(
 ) -> np.ndarray:
     """The verifier's ranking key of one request's pairs from the recurrence inputs the
     speculate step attached (:func:`streams.engine.steps.speculate.speculate`): the VM score
-    only breaks ties between equally recurrent items, except in ``vm_x_prior``."""
+    only breaks ties between equally recurrent items, except in ``vm_x_prior``. ``pair`` has
+    no item prior (its ``prior_counts`` are zeros)."""
     prior: np.ndarray = normalised(prior_counts)
-    if rank_by == "recurrence":
+    if rank_by in PAIR_RANKINGS:
         prior = pair_counts + prior
     key: np.ndarray = prior * vm_scores if rank_by == "vm_x_prior" else prior + 1e-6 * vm_scores
     return key

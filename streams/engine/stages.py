@@ -17,7 +17,7 @@ from streams.engine.embedder import Embedder
 from streams.engine.lookahead import Lookahead
 from streams.engine.models import EngineModels
 from streams.engine.neighbours import UserRepresentations
-from streams.engine.recurrence import RecurrencePrior
+from streams.engine.recurrence import PAIR_RANKINGS, PRIOR_RANKINGS, ItemPrior
 from streams.engine.speculator import Speculator, SpeculatorConfig
 from streams.engine.undo import UndoLog
 from streams.engine.verifier import Verifier, VerifierConfig
@@ -30,8 +30,11 @@ class Stages:
     speculator: Speculator
     lookahead: Lookahead | None
     #: fed and read by the speculate step only (it attaches each proposal's recurrence inputs
-    #: to the proposals); None when the verifier ranks by the VM score alone
-    prior: RecurrencePrior | None
+    #: to the proposals); None when the ranking reads no item prior
+    prior: ItemPrior | None
+    #: how long a candidate list counts in the users' pair memory (the drivers load and store
+    #: it); None when the ranking reads none
+    pair_memory_ms: int | None
     #: None = every proposal goes to the FM (no VM, or an oracle run)
     verifier: Verifier | None
     embedder: Embedder
@@ -43,7 +46,7 @@ class Stages:
 @contextmanager
 def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
     """Run one batch of the speculate step so that an exception leaves the in-process state
-    (recurrence prior, user representations) as before the batch: the live driver runs a
+    (item prior, user representations) as before the batch: the live driver runs a
     failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
     undo = UndoLog()
     held = [s for s in (stages.prior, stages.reps) if s is not None]
@@ -70,11 +73,12 @@ def build_stages(
 ) -> Stages:
     """The stages of one driver; ``verify``/``use_neighbours`` switch those steps off."""
     lookahead = Lookahead() if "lookahead" in speculator.strategies else None
-    prior = RecurrencePrior() if verifier.rank_by != "vm" else None
+    prior = ItemPrior() if verifier.rank_by in PRIOR_RANKINGS else None
     return Stages(
         speculator=Speculator(speculator, lookahead),
         lookahead=lookahead,
         prior=prior,
+        pair_memory_ms=verifier.pair_memory_ms if verifier.rank_by in PAIR_RANKINGS else None,
         verifier=Verifier(models.vm, verifier) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm, split=models.state),
         aggregator=RollingAggregator(

@@ -12,9 +12,10 @@ table, used by all of them, so a value written by one reader is read the same wa
 | ``ledger`` | pairs sent to the FM and the requests verified | :data:`LEDGER` |
 | ``aggregates`` | the rolling aggregate's buckets (:class:`AggregateState`) | :data:`AGGREGATES` |
 | ``reps`` | the neighbour representation (:class:`SavedRep`) | :data:`REPS` |
+| ``recent`` | the user's last candidate lists, the pair memory (:class:`PairMemory`) | :data:`RECENT` |
 
-Process-wide state that is not per user (the recurrence prior, the look-ahead counts) is
-rebuilt from traffic and not stored.
+Process-wide state that is not per user (the item prior, the look-ahead counts) is rebuilt from
+traffic and not stored.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from streams.engine.aggregator import AggregateState
 from streams.engine.history import Entry
+from streams.engine.recurrence import PairMemory
 from streams.engine.steps.speculate import SavedRep
 from streams.engine.steps.verify import VERIFIED_REQUESTS_KEPT, LedgerState
 
@@ -93,6 +95,9 @@ AGGREGATES: StateCodec[AggregateState] = StateCodec(
     "aggregates", AggregateState.from_json, _aggregate_to_table
 )
 REPS: StateCodec[SavedRep | None] = StateCodec("reps", SavedRep.from_json, _rep_to_table)
+RECENT: StateCodec[PairMemory] = StateCodec("recent", PairMemory.from_json, PairMemory.to_json)
 
 #: every table of per-user state, by name (the workers create exactly these)
-CODECS: dict[str, StateCodec[Any]] = {c.table: c for c in (HISTORY, LEDGER, AGGREGATES, REPS)}
+CODECS: dict[str, StateCodec[Any]] = {
+    c.table: c for c in (HISTORY, LEDGER, AGGREGATES, REPS, RECENT)
+}

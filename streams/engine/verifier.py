@@ -58,6 +58,8 @@ class VerifierConfig:
     #: VM's score ("vm"), the item prior alone ("prior"), or prior × VM ("vm_x_prior"); the
     #: threshold always applies to the VM score
     rank_by: RankBy
+    #: how long a user's candidate list counts in the pair rankings (event time)
+    pair_memory_ms: int
 
     def __post_init__(self) -> None:
         if self.rank_by not in RANKINGS:

@@ -3,7 +3,7 @@
 Topology (all topics keyed by user id, so one user's events and state share a partition)::
 
     impressions ─► [history]                       (table history: last 2L interactions)
-    requests    ─► [speculate] ─► speculated       (reads table ledger; table reps)
+    requests    ─► [speculate] ─► speculated       (reads table ledger; tables reps, recent)
     speculated  ─► [verify: VM] ─► verified        (updates ledger; attaches history)
     verified    ─► [embed: FM, micro-batches] ─► store pairs ─► embeddings
     embeddings  ─► [aggregate] ─► store aggregates (table aggregates: 24 h buckets)

@@ -40,8 +40,18 @@ log = logging.getLogger(__name__)
 CHUNK = 500
 #: the agent role that writes each swept table (its worker owns the table's partitions) and
 #: the topic that agent reads (the table's source: co-partitioned with its changelog)
-WRITER_ROLE = {"ledger": "verify", "aggregates": "aggregate", "reps": "speculate"}
-SOURCE_TOPIC = {"ledger": "speculated", "aggregates": "embeddings", "reps": "requests"}
+WRITER_ROLE = {
+    "ledger": "verify",
+    "aggregates": "aggregate",
+    "reps": "speculate",
+    "recent": "speculate",
+}
+SOURCE_TOPIC = {
+    "ledger": "speculated",
+    "aggregates": "embeddings",
+    "reps": "requests",
+    "recent": "requests",
+}
 
 
 def source_topic(table: str, fuse_verify: bool) -> str:

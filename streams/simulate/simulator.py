@@ -29,13 +29,14 @@ from streams.engine.history import HistoryBook
 from streams.engine.ledger import Confirmed
 from streams.engine.models import EngineModels
 from streams.engine.ranker import rank, reads_history
+from streams.engine.recurrence import EMPTY_MEMORY, PairMemory
 from streams.engine.stages import build_stages
 from streams.engine.steps.aggregate import aggregate_step
 from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.expiry import dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
-from streams.engine.steps.speculate import SavedRep, request_step
+from streams.engine.steps.speculate import SavedRep, StoredUserState, request_step
 from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
@@ -89,6 +90,8 @@ class Simulator:
         self.reps = self.stages.reps
         self.knobs = config.engine.verify_knobs()
         self.saved_reps: dict[int, SavedRep] = {}
+        #: each user's pair memory (live: the ``recent`` table)
+        self.pair_memory: dict[int, PairMemory] = {}
         self.ledgers: dict[int, LedgerState] = {}
         self.agg_states: dict[int, AggregateState] = {}
         self.neighbours = (
@@ -105,7 +108,7 @@ class Simulator:
         self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}
         #: event time of the last table-expiry sweep; users deleted by it, per table
         self._swept_at = 0
-        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0, "reps": 0}
+        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0, "reps": 0, "recent": 0}
 
     def run(
         self,
@@ -170,12 +173,16 @@ class Simulator:
             ledger.pairs,
             self._confirmed(u),
             self.history.entries(u),
-            lambda: self.saved_reps.get(u),
+            StoredUserState(
+                lambda: self.saved_reps.get(u), lambda: self.pair_memory.get(u, EMPTY_MEMORY)
+            ),
             self.stages,
             cfg.reader.neighbour_aggregate_ttl_ms,
         )
         if out.rep is not None:
             self.saved_reps[u] = out.rep
+        if out.memory is not None:
+            self.pair_memory[u] = out.memory
         batch = out.proposals
         if batch is None:
             return
@@ -211,7 +218,7 @@ class Simulator:
                 self.neighbours.saw_aggregate(u, aggregate.event_time_ms)
 
     def _expire_dead_states(self, t: int) -> None:
-        """Delete the users whose ledger, aggregate or saved representation can change no output
+        """Delete the users whose ledger, aggregate, saved representation or pair memory can change no output
         any more (:mod:`streams.engine.steps.expiry`), once per grace of event time: what the live
         workers' table sweep does, so memory follows the active users. Invisible in every
         output (``tests/unit/test_table_expiry.py`` compares runs with and without it)."""
@@ -224,6 +231,7 @@ class Simulator:
             "ledger": self.ledgers,
             "aggregates": self.agg_states,
             "reps": self.saved_reps,
+            "recent": self.pair_memory,
         }
         for name, states in tables.items():
             for user in dead_states(name, states.items(), t, engine):

@@ -109,7 +109,7 @@ def live_run(
     }
     changelogs = {
         t: read_topic_with_partitions(settings, f"{settings.topic_prefix}-pipeline-{t}-changelog")
-        for t in ("ledger", "aggregates", "reps")
+        for t in ("ledger", "aggregates", "reps", "recent")
     }
     from streams.live.quality import join, live_quality, read_impressions, read_scores
     from streams.models_loader import load_models
@@ -219,6 +219,7 @@ def test_dead_users_are_deleted_from_the_tables(live_run: dict[str, Any]) -> Non
         "ledger": ("speculated", ProposalBatch),
         "aggregates": ("embeddings", EmbeddingBatch),
         "reps": ("requests", RequestEvent),
+        "recent": ("requests", RequestEvent),
     }
     for table, msgs in live_run["changelogs"].items():
         topic, record = source[table]
@@ -242,7 +243,7 @@ def test_dead_users_are_deleted_from_the_tables(live_run: dict[str, Any]) -> Non
                 returned += 1
             last[key] = value
         assert deleted > 0, f"no user deleted from {table}"
-        if table in ("ledger", "reps"):
+        if table in ("ledger", "reps", "recent"):
             assert returned > 0, f"no user came back after its {table} value was deleted"
 
 
@@ -255,6 +256,48 @@ def test_live_values_equal_simulator(live_run: dict[str, Any], bundle: Path) -> 
     live = live_run["values"]
 
     assert_live_values_equal(live, offline)
+
+
+def test_stored_pair_memories_equal_the_simulators(live_run: dict[str, Any], bundle: Path) -> None:
+    """The recurrence ranking's per-user state, by value: every pair memory the speculate agent
+    wrote to the ``recent`` table (its changelog: what a restarted or rebalanced worker reads
+    back) equals the one the simulator stored for the same request, in the same order. Compared
+    on the lists that still count at the value's newest request: a sweep deletes a dead value
+    at a different moment on each side, after which one side's next value lacks lists that
+    count for nothing."""
+    import json
+    from collections import defaultdict
+
+    from streams.engine.recurrence import LISTS_PER_USER, PairMemory
+    from streams.engine.state import RECENT
+    from streams.models_loader import load_models
+    from streams.simulate.config import sim_config_from_settings
+    from streams.simulate.simulator import Simulator
+
+    settings = live_run["settings"]
+    window = settings.verifier_pair_memory_ms
+
+    def counting(value: list[Any]) -> list[Any]:
+        newest = value[-1][1]
+        return [kept for kept in value if newest - kept[1] <= window][-LISTS_PER_USER:]
+
+    writes: defaultdict[int, list[Any]] = defaultdict(list)
+
+    class Recorded(dict[int, PairMemory]):
+        def __setitem__(self, user: int, memory: PairMemory) -> None:
+            writes[user].append(counting(RECENT.dump(memory)))
+            super().__setitem__(user, memory)
+
+    models, _ = load_models(settings, bundle)
+    sim = Simulator(sim_config_from_settings(settings, models.fm.dim), models)
+    sim.pair_memory = Recorded()
+    sim.run(live_run["events"]())
+    live: defaultdict[int, list[Any]] = defaultdict(list)
+    for _, key, value in live_run["changelogs"]["recent"]:
+        if value is not None:  # tombstones: the sweep (checked above)
+            live[int(json.loads(key))].append(counting(json.loads(value)))
+    assert sum(len(v) for v in live.values()) >= 50  # every request of the traffic
+    assert dict(live) == dict(writes)
 
 
 def test_live_quality_equals_simulator(live_run: dict[str, Any], bundle: Path) -> None:

@@ -11,10 +11,11 @@ partitions of the topic it consumes, the assignment does not move during the rep
 worker's own counters (scraped from its metrics endpoint) show it verified, aggregated or
 embedded pairs, the FM workers' counts summing to the pairs in the ``verified`` topic.
 
-The verifier ranks by the VM (``STATELESS_RANKING``): the default ``recurrence`` ranking keeps
-its item prior in each worker's memory, so with two workers each one counts only its own
-partitions' candidate lists and may keep other pairs than the simulator (Scaling out in
-docs/live-pipeline.md).
+The verifier ranks by the users' pair memory alone (``pair``): stored per-user state (the
+``recent`` table), so the split of users over workers must not change which pairs are kept. The
+default ``recurrence`` ranking adds the item prior, which each worker counts over its own
+partitions' candidate lists only, so with two workers it may keep other pairs than the
+simulator (Scaling out in docs/live-pipeline.md).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def scale_run(
 
     base = Settings()
     require_kafka_and_redis(base)
-    settings = live_settings(base, uuid.uuid4().hex[:10], bundle, 4, **STATELESS_RANKING)
+    ranking = {**STATELESS_RANKING, "verifier_rank_by": "pair"}
+    settings = live_settings(base, uuid.uuid4().hex[:10], bundle, 4, **ranking)
     root = tmp_path_factory.mktemp("scale-out")
     create_topics(settings)
     procs = FaultProcs(settings, root)

@@ -8,11 +8,13 @@ import numpy as np
 
 from schemas.records import PairEmbedding
 from streams.engine.aggregator import AggregateState, RollingAggregator
+from streams.engine.recurrence import EMPTY_MEMORY
 from streams.engine.state import (
     AGGREGATES,
     CODECS,
     HISTORY,
     LEDGER,
+    RECENT,
     REPS,
     aggregate_newest_ms,
 )
@@ -31,7 +33,7 @@ def _through_json(value: object) -> object:
 def test_every_table_has_one_codec_and_the_workers_create_exactly_those() -> None:
     from streams.live.app import TABLES
 
-    assert set(CODECS) == {"history", "ledger", "aggregates", "reps"} == set(TABLES)
+    assert set(CODECS) == {"history", "ledger", "aggregates", "reps", "recent"} == set(TABLES)
     for codec in CODECS.values():
         codec.load(None)  # a user never seen decodes (to its empty state)
 
@@ -44,6 +46,9 @@ def test_each_value_survives_the_table_round_trip() -> None:
     rep = SavedRep([0.5, -0.25], T0, 1234)
     assert REPS.load(_through_json(REPS.dump(rep))) == rep
     assert REPS.dump(None) is None and REPS.load(None) is None
+    memory = EMPTY_MEMORY.remember("r1", [9, 4, 9], T0).remember("r2", [4], T0 + 1)
+    assert RECENT.load(_through_json(RECENT.dump(memory))) == memory
+    assert RECENT.load(None) == EMPTY_MEMORY
     state = AggregateState()
     vec = np.arange(4, dtype=np.float32)
     RollingAggregator(24 * H, H).add(state, [PairEmbedding.from_array(1, 9, T0, "fm", vec)])

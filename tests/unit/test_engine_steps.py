@@ -20,6 +20,7 @@ from streams.engine.verifier import Verifier
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
 T0 = 1_700_000_000_000
+MEMORY_MS = ENGINE_DEFAULTS.verifier.pair_memory_ms
 H = 3_600_000
 
 
@@ -151,10 +152,10 @@ def test_neighbour_index_exact_and_hnsw_agree() -> None:
     assert len(ids) == 3 and np.all(w > 0)
 
 
-def test_recurrence_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
-    from streams.engine.recurrence import RecurrencePrior
+def test_item_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
+    from streams.engine.recurrence import ItemPrior
 
-    prior = RecurrencePrior(half_life_ms=H)
+    prior = ItemPrior(half_life_ms=H)
     prior.observe([1, 2], T0)
     prior.observe([2, 3], T0 + 10)
     scores = prior.scores([1, 2, 3, 4])
@@ -166,9 +167,9 @@ def test_recurrence_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
 def test_verifier_can_rank_by_the_recurrence_prior() -> None:
     """The verifier ranks by the recurrence inputs it is given (the speculate step attaches
     them to the proposals), never by reading the prior itself."""
-    from streams.engine.recurrence import RecurrenceInputs, RecurrencePrior
+    from streams.engine.recurrence import ItemPrior, RecurrenceInputs
 
-    prior = RecurrencePrior(half_life_ms=H)
+    prior = ItemPrior(half_life_ms=H)
     prior.observe([102, 103], T0)
     items = [p.item_id for p in props(4)]
     inputs = RecurrenceInputs(prior.raw_counts(items), np.zeros(4))
@@ -195,7 +196,7 @@ def test_proposals_carry_the_recurrence_inputs_as_of_their_request() -> None:
     counting the request's own list: what the verify step saw when it read the prior right
     after the speculate step (the simulator's order), whatever was counted since."""
     from schemas.codec import Codec
-    from streams.engine.recurrence import RecurrencePrior
+    from streams.engine.recurrence import EMPTY_MEMORY, ItemPrior
     from streams.engine.steps.speculate import speculate
 
     stages = build_stages(
@@ -205,74 +206,57 @@ def test_proposals_carry_the_recurrence_inputs_as_of_their_request() -> None:
         ENGINE_DEFAULTS.aggregate_window_ms,
         ENGINE_DEFAULTS.aggregate_bucket_ms,
     )
-    assert isinstance(stages.prior, RecurrencePrior)  # the default ranking is recurrence
-    speculate(RequestEvent("r0", 1, T0, "feed", (5, 6, 7)), {}, frozenset, [], stages)
-    batch = speculate(RequestEvent("r1", 1, T0 + 10, "feed", (6, 7, 8)), {}, frozenset, [], stages)
-    assert batch is not None and len(batch.prior_counts) == len(batch.item_ids)
-    expected_pairs = stages.prior.pair_counts(1, batch.item_ids, T0 + 10)
+    assert (
+        isinstance(stages.prior, ItemPrior) and stages.pair_memory_ms == MEMORY_MS
+    )  # recurrence: the default
+    _, memory = speculate(
+        RequestEvent("r0", 1, T0, "feed", (5, 6, 7)), {}, frozenset, [], EMPTY_MEMORY, stages
+    )
+    assert memory is not None
+    batch, memory = speculate(
+        RequestEvent("r1", 1, T0 + 10, "feed", (6, 7, 8)), {}, frozenset, [], memory, stages
+    )
+    assert batch is not None and memory is not None
+    assert len(batch.prior_counts) == len(batch.item_ids)
+    expected_pairs = memory.pair_counts(batch.item_ids, T0 + 10, MEMORY_MS)
     expected_prior = stages.prior.raw_counts(batch.item_ids)
     assert list(batch.pair_counts) == [int(c) for c in expected_pairs]
     assert list(batch.prior_counts) == expected_prior.tolist()
     lists = {5: 1, 6: 2, 7: 2, 8: 1}  # in how many of the user's two lists each item was
     assert all(lists[i] == c for i, c in zip(batch.item_ids, batch.pair_counts, strict=True))
-    speculate(
-        RequestEvent("r2", 1, T0 + 20, "feed", (6, 9)), {}, frozenset, [], stages
-    )  # counted later
+    speculate(  # counted later
+        RequestEvent("r2", 1, T0 + 20, "feed", (6, 9)), {}, frozenset, [], memory, stages
+    )
     assert list(batch.pair_counts) == [int(c) for c in expected_pairs]  # the message is fixed
     assert Codec().decode(Codec().encode(batch)) == batch  # and travels in schema v2
 
 
 def test_pair_memory_counts_the_users_recent_lists_within_the_memory_window() -> None:
-    from streams.engine.recurrence import RecurrencePrior
+    from streams.engine.recurrence import EMPTY_MEMORY, LISTS_PER_USER
 
-    prior = RecurrencePrior(half_life_ms=H, lists_per_user=2, memory_ms=1_000)
-    prior.observe([1, 2, 3], T0, user_id=7)
-    prior.observe([2, 3], T0 + 500, user_id=7)
-    prior.observe([9], T0 + 500, user_id=8)
-    assert prior.pair_counts(7, [1, 2, 3, 9], T0 + 500).tolist() == [1.0, 2.0, 2.0, 0.0]
-    # exactly memory_ms old still counts; one ms more does not
-    assert prior.pair_counts(7, [1, 2], T0 + 1_000).tolist() == [1.0, 2.0]
-    assert prior.pair_counts(7, [1, 2], T0 + 1_001).tolist() == [0.0, 1.0]
-    # only the last lists_per_user lists are kept
-    prior.observe([4], T0 + 600, user_id=7)
-    assert prior.pair_counts(7, [1, 2, 4], T0 + 600).tolist() == [0.0, 1.0, 1.0]
-    assert prior.pair_counts(99, [1], T0).tolist() == [0.0]
-
-
-def test_pair_memory_evicts_idle_users_when_full() -> None:
-    from streams.engine.recurrence import RecurrencePrior
-
-    prior = RecurrencePrior(half_life_ms=H, memory_ms=1_000, max_users=4)
-    for u in range(4):
-        prior.observe([1], T0 + u, user_id=u)
-    prior.observe([1], T0 + 10_000, user_id=99)  # everyone else is idle past the memory
-    assert prior.pair_counts(99, [1], T0 + 10_000).tolist() == [1.0]
-    assert all(prior.pair_counts(u, [1], T0 + 3).tolist() == [0.0] for u in range(4))
-
-
-def test_pair_memory_drops_idle_users_as_it_goes() -> None:
-    from streams.engine import recurrence
-    from streams.engine.recurrence import RecurrencePrior
-
-    prior = RecurrencePrior(half_life_ms=H, memory_ms=1_000)
-    every = recurrence._SWEEP_EVERY
-    for n in range(every - 1):
-        prior.observe([1], T0, user_id=n)
-    assert prior.tracked_users() == every - 1
-    prior.observe([1], T0 + 5_000, user_id=-1)  # the sweep: everyone else is idle by now
-    assert prior.tracked_users() == 1
+    memory = EMPTY_MEMORY.remember("a", [1, 2, 3], T0).remember("b", [2, 3], T0 + 500)
+    assert memory.pair_counts([1, 2, 3, 9], T0 + 500, MEMORY_MS).tolist() == [1.0, 2.0, 2.0, 0.0]
+    # exactly MEMORY_MS old still counts; one ms more does not
+    assert memory.pair_counts([1, 2], T0 + MEMORY_MS, MEMORY_MS).tolist() == [1.0, 2.0]
+    assert memory.pair_counts([1, 2], T0 + MEMORY_MS + 1, MEMORY_MS).tolist() == [0.0, 1.0]
+    # only the newest LISTS_PER_USER lists count
+    for n in range(LISTS_PER_USER - 1):
+        memory = memory.remember(f"c{n}", [4], T0 + 600 + n)
+    assert memory.pair_counts([1, 2, 4], T0 + 700, MEMORY_MS).tolist() == [0.0, 1.0, 3.0]
+    assert EMPTY_MEMORY.pair_counts([1], T0, MEMORY_MS).tolist() == [0.0]
 
 
 def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> None:
-    from streams.engine.recurrence import RecurrenceInputs, RecurrencePrior
+    from streams.engine.recurrence import EMPTY_MEMORY, ItemPrior, RecurrenceInputs
 
-    prior = RecurrencePrior(half_life_ms=H)
-    prior.observe([102, 103], T0 - 5, user_id=2)  # popular with someone else
-    prior.observe([102, 103], T0 - 4, user_id=3)
-    prior.observe([100], T0 - 3, user_id=1)  # user 1 saw 100 before
-    prior.observe([100, 101, 102, 103], T0, user_id=1)  # the request being verified
+    prior = ItemPrior(half_life_ms=H)
+    prior.observe([102, 103], T0 - 5)  # popular with someone else
+    prior.observe([102, 103], T0 - 4)
+    prior.observe([100], T0 - 3)  # user 1 saw 100 before
+    prior.observe([100, 101, 102, 103], T0)  # the request being verified
+    memory = EMPTY_MEMORY.remember("r0", [100], T0 - 3).remember("r1", [100, 101, 102, 103], T0)
     items = [100, 101, 102, 103]
-    inputs = RecurrenceInputs(prior.raw_counts(items), prior.pair_counts(1, items, T0))
+    inputs = RecurrenceInputs(prior.raw_counts(items), memory.pair_counts(items, T0, MEMORY_MS))
     v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5))
     kept = v.verify_many([props(4)], recurrence=[inputs])[0]
     # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103

@@ -12,9 +12,16 @@ from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.lookahead import DecayedCounter
 from streams.engine.models import EngineModels
-from streams.engine.recurrence import RecurrencePrior
+from streams.engine.recurrence import EMPTY_MEMORY, REDELIVERY_SLACK, ItemPrior, PairMemory
 from streams.engine.stages import Stages, build_stages, undone_on_error
-from streams.engine.steps.speculate import observe_representation, speculate
+from streams.engine.state import RECENT
+from streams.engine.steps.speculate import (
+    SavedRep,
+    StoredUserState,
+    observe_representation,
+    request_step,
+    speculate,
+)
 from streams.engine.undo import UndoLog
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 
@@ -89,88 +96,145 @@ def _requests() -> list[RequestEvent]:
     ]
 
 
-def _batch(stages: Stages, requests: list[RequestEvent]) -> list[ProposalBatch | None]:
-    """The requests agent's per-request work on the in-process state (tables left out: the
-    live driver writes them only after delivery)."""
-    out = []
+Memories = dict[int, PairMemory]  #: the ``recent`` table's values
+
+
+def _batch(
+    stages: Stages, requests: list[RequestEvent], table: Memories
+) -> tuple[list[ProposalBatch | None], Memories]:
+    """The requests agent's per-request work: the in-process state changes as it goes, the
+    pair memories are returned for the caller to save once the batch is delivered (the live
+    driver writes tables only then)."""
+    out, values = [], {}
     for rec in requests:
-        out.append(speculate(rec, {}, frozenset, [], stages))
+        u = rec.user_id
+        memory = values.get(u, table.get(u, EMPTY_MEMORY))
+        proposals, remembered = speculate(rec, {}, frozenset, [], memory, stages)
+        assert remembered is not None
+        out.append(proposals)
+        values[u] = remembered
         assert stages.reps is not None
         observe_representation(stages.reps, rec, None, HORIZON_MS)
-    return out
+    return out, values
 
 
-def _state(stages: Stages) -> tuple[object, ...]:
+def _state(stages: Stages, table: Memories) -> tuple[object, ...]:
     prior, reps = stages.prior, stages.reps
-    assert isinstance(prior, RecurrencePrior) and reps is not None
-    lists = {u: [(t, a.tolist()) for t, a in q] for u, q in prior._lists.items()}
+    assert isinstance(prior, ItemPrior) and reps is not None
+    lists = {u: RECENT.dump(m) for u, m in table.items()}
     vectors = {u: reps.vector(u).tolist() for u in sorted(reps._vec)}
-    return dict(prior._counts._score), lists, prior._observed, vectors, dict(reps._seen_at)
+    return dict(prior._counts._score), prior._counts._t0, lists, vectors, dict(reps._seen_at)
 
 
 @pytest.mark.parametrize("fail_after", [30, 17])
 def test_a_batch_run_again_after_an_error_gives_what_one_clean_run_gives(fail_after: int) -> None:
     """The first try of the second batch fails (after all of it, or part way through), the
-    driver runs it again: the proposals (with the recurrence inputs the verify step ranks by)
-    and the prior and representations afterwards are those of a run without the failure."""
+    driver runs it again: the proposals (with the recurrence inputs the verify step ranks by),
+    the item prior and representations afterwards and the stored pair memories are those of a
+    run without the failure."""
     requests = _requests()
     first, second = requests[:12], requests[12:]
-    clean = _stages()
-    _batch(clean, first)
-    expected = _batch(clean, second)
+    clean, clean_table = _stages(), {}
+    clean_table.update(_batch(clean, first, clean_table)[1])
+    expected, values = _batch(clean, second, clean_table)
+    clean_table.update(values)
 
-    faulty = _stages()
+    faulty, table = _stages(), {}
     with undone_on_error(faulty):
-        _batch(faulty, first)
+        table.update(_batch(faulty, first, table)[1])
     with pytest.raises(DeliveryFailed), undone_on_error(faulty):
-        _batch(faulty, second[: fail_after - 12])
-        raise DeliveryFailed
+        _batch(faulty, second[: fail_after - 12], table)
+        raise DeliveryFailed  # the delivery failed: nothing of the batch is saved
     with undone_on_error(faulty):
-        again = _batch(faulty, second)
+        again, values = _batch(faulty, second, table)
+    table.update(values)
     assert again == expected
-    assert _state(faulty) == _state(clean)
+    assert _state(faulty, table) == _state(clean, clean_table)
+
+
+def test_a_redelivered_batch_after_its_state_was_saved_gives_the_same_pair_counts() -> None:
+    """A worker that died after saving a batch's tables but before committing its offsets: the
+    next owner runs the batch's uncommitted tail again on the saved pair memories (a fresh item
+    prior, as after any restart); the pair counts are those of the first run, no request
+    counted twice, and the memories are unchanged."""
+    requests = _requests()
+    stages, table = _stages(), {}
+    first, values = _batch(stages, requests, table)
+    table.update(values)
+    tail = _redeliverable_tail(requests)  # each user's last requests are in the saved memories
+    assert tail >= 3
+    again, values_again = _batch(_stages(), requests[-tail:], table)
+    assert values_again == {u: table[u] for u in values_again}
+    assert [b.pair_counts if b else None for b in again] == [
+        b.pair_counts if b else None for b in first[-tail:]
+    ]
+
+
+def _redeliverable_tail(requests: list[RequestEvent]) -> int:
+    """The longest tail with at most :data:`REDELIVERY_SLACK` requests of any one user."""
+    per_user: dict[int, int] = {}
+    for n, rec in enumerate(reversed(requests)):
+        per_user[rec.user_id] = per_user.get(rec.user_id, 0) + 1
+        if per_user[rec.user_id] > REDELIVERY_SLACK:
+            return n
+    return len(requests)
 
 
 def test_the_undo_log_is_off_outside_a_batch() -> None:
     stages = _stages()
     with undone_on_error(stages) as undo:
-        _batch(stages, _requests()[:3])
+        _batch(stages, _requests()[:3], {})
         assert len(undo) > 0
-    assert stages.prior is not None and stages.prior._undo is None
-    assert stages.prior._counts.undo is None and stages.reps is not None
-    assert stages.reps._undo is None
+    assert stages.prior is not None and stages.prior._counts.undo is None
+    assert stages.reps is not None and stages.reps._undo is None
+
+
+def _stored(saved: dict[int, SavedRep], memories: Memories, user: int) -> StoredUserState:
+    return StoredUserState(lambda: saved.get(user), lambda: memories.get(user, EMPTY_MEMORY))
 
 
 def test_request_step_is_speculate_then_the_representation_as_both_drivers_ran_them() -> None:
     """Both drivers call :func:`request_step`; it must give what the two rules give in that
-    order (proposals with their recurrence inputs, then the representation to persist)."""
-    from streams.engine.steps.speculate import SavedRep, request_step
-
+    order (proposals with their recurrence inputs and the pair memory, then the representation
+    to persist)."""
     one, two = _stages(), _stages()
     saved: dict[int, SavedRep] = {}
+    want_memories: Memories = {}
+    got_memories: Memories = {}
     for rec in _requests():
-        want = speculate(rec, {}, frozenset, [], one)
-        assert one.reps is not None
-        want_rep = observe_representation(one.reps, rec, saved.get(rec.user_id), HORIZON_MS)
-        got = request_step(
-            rec, {}, frozenset, [], lambda u=rec.user_id: saved.get(u), two, HORIZON_MS
+        u = rec.user_id
+        want, want_memory = speculate(
+            rec, {}, frozenset, [], want_memories.get(u, EMPTY_MEMORY), one
         )
+        assert one.reps is not None and want_memory is not None
+        want_memories[u] = want_memory
+        want_rep = observe_representation(one.reps, rec, saved.get(u), HORIZON_MS)
+        got = request_step(rec, {}, frozenset, [], _stored(saved, got_memories, u), two, HORIZON_MS)
         assert got.proposals == want and got.rep == want_rep and got.foreign_resets == 0
+        assert got.memory == want_memory
         if got.rep is not None:
-            saved[rec.user_id] = got.rep
-    assert _state(one) == _state(two)
+            saved[u] = got.rep
+        if got.memory is not None:
+            got_memories[u] = got.memory
+    assert _state(one, want_memories) == _state(two, got_memories)
 
 
-def test_request_step_without_a_neighbour_tier_never_loads_a_representation() -> None:
+def test_request_step_loads_only_the_state_its_stages_read() -> None:
+    """No neighbour tier: no representation loaded; a ranking without the pair memory: no
+    memory loaded or returned."""
     from dataclasses import replace
 
-    from streams.engine.steps.speculate import request_step
-
-    stages = replace(_stages(), reps=None)
-
     def never() -> None:
-        raise AssertionError("loaded a representation with no neighbour tier")
+        raise AssertionError("loaded state no stage reads")
 
     rec = _requests()[0]
-    got = request_step(rec, {}, frozenset, [], never, stages, HORIZON_MS)
-    assert got.rep is None and got.proposals == speculate(rec, {}, frozenset, [], _stages())
+    stages = replace(_stages(), reps=None)
+    got = request_step(
+        rec, {}, frozenset, [], StoredUserState(never, lambda: EMPTY_MEMORY), stages, HORIZON_MS
+    )
+    want, _ = speculate(rec, {}, frozenset, [], EMPTY_MEMORY, _stages())
+    assert got.rep is None and got.proposals == want and got.memory is not None
+    stages = replace(_stages(), reps=None, pair_memory_ms=None)
+    got = request_step(rec, {}, frozenset, [], StoredUserState(never, never), stages, HORIZON_MS)
+    assert got.memory is None and got.proposals is not None
+    assert set(got.proposals.pair_counts) == {0}

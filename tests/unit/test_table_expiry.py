@@ -130,22 +130,24 @@ def test_deleting_dead_users_changes_no_output(events: list[Any]) -> None:
     swept = _run(events, grace_ms=HOUR)
     never = _run(events, grace_ms=10**15)  # nothing is ever dead
     assert min(swept.expired.values()) > 20, swept.expired
-    assert never.expired == {"ledger": 0, "aggregates": 0, "reps": 0}
+    assert never.expired == {"ledger": 0, "aggregates": 0, "reps": 0, "recent": 0}
     assert len(swept.ledgers) < len(never.ledgers)  # memory follows the active users
     assert len(swept.agg_states) < len(never.agg_states)
     assert len(swept.saved_reps) < len(never.saved_reps)
+    assert len(swept.pair_memory) < len(never.pair_memory)
     assert _outputs(swept) == _outputs(never)
 
 
+@pytest.mark.parametrize("cut", ["ledger", "recent"])
 def test_the_comparison_catches_a_rule_that_deletes_live_state(
-    events: list[Any], monkeypatch: pytest.MonkeyPatch
+    events: list[Any], monkeypatch: pytest.MonkeyPatch, cut: str
 ) -> None:
-    """A lifetime shorter than the pair TTL deletes ledgers whose pairs are still fresh: pairs
-    are embedded again and the runs differ, so the test above can fail."""
+    """A lifetime shorter than the pair TTL deletes ledgers whose pairs are still fresh (pairs
+    are embedded again); one shorter than the pair memory's window deletes candidate lists
+    that still count (other pairs are kept): the runs differ, so the test above can fail."""
     never = _outputs(_run(events, grace_ms=10**15))
-    monkeypatch.setattr(
-        expiry, "lifetimes", lambda cfg: {"ledger": 0, "aggregates": 0, "reps": 10**15}
-    )
+    lives = {"ledger": 10**15, "aggregates": 10**15, "reps": 10**15, "recent": 10**15, cut: 0}
+    monkeypatch.setattr(expiry, "lifetimes", lambda cfg: lives)
     assert _outputs(_run(events, grace_ms=0)) != never
 
 

@@ -10,10 +10,11 @@ plus a grace:
 | ``ledger`` | max(pair TTL, refresh-after) | every pair in it is past the pair TTL: no longer fresh, and pruned at the next write anyway |
 | ``aggregates`` | the aggregate window | every bucket has left the window: the next embedding evicts them all |
 | ``reps`` | the neighbour horizon | the user's next request starts a new representation (:func:`~streams.engine.steps.speculate.observe_representation`) |
+| ``recent`` | the pair memory's window (``SOLARIS_VERIFIER_PAIR_MEMORY_MS``) | no list in it counts for a later request (:meth:`~streams.engine.recurrence.PairMemory.pair_counts`) |
 
 The grace (``SOLARIS_TABLE_EXPIRY_GRACE_MS``) covers what the state remembers besides its
-content: the ids of the last verified requests and the (item, time) pairs already folded, which
-recognise a *redelivery*. A redelivery arrives within the uncommitted window, minutes at most;
+content: the ids of the last verified requests, the (item, time) pairs already folded and the ids of
+the remembered candidate lists, which recognise a *redelivery*. A redelivery arrives within the uncommitted window, minutes at most;
 the grace is a day by default.
 
 Not expired, by design (deleting them would change outputs):
@@ -31,11 +32,12 @@ from typing import Any
 
 from streams.engine.aggregator import AggregateState
 from streams.engine.config import EngineConfig
+from streams.engine.recurrence import PairMemory
 from streams.engine.steps.speculate import SavedRep
 from streams.engine.steps.verify import LedgerState
 
 #: the tables whose values this module can tell dead
-EXPIRING_TABLES = ("ledger", "aggregates", "reps")
+EXPIRING_TABLES = ("ledger", "aggregates", "reps", "recent")
 
 
 def lifetimes(cfg: EngineConfig) -> dict[str, int]:
@@ -45,6 +47,7 @@ def lifetimes(cfg: EngineConfig) -> dict[str, int]:
         "ledger": max(cfg.pair_ttl_ms, cfg.speculator.refresh_after_ms),
         "aggregates": cfg.aggregate_window_ms,
         "reps": cfg.reader.neighbour_aggregate_ttl_ms,
+        "recent": cfg.verifier.pair_memory_ms,
     }
 
 
@@ -69,14 +72,21 @@ def reps_newest_ms(value: Any) -> int | None:
     return int(value[1]) if value else None
 
 
+def recent_newest_ms(value: Any) -> int | None:
+    """Event time of the newest candidate list in a pair memory value (``[[request id, time,
+    items], ...]``); None for no value."""
+    return int(value[-1][1]) if value else None
+
+
 NEWEST = {
     "ledger": ledger_newest_ms,
     "aggregates": aggregates_newest_ms,
     "reps": reps_newest_ms,
+    "recent": recent_newest_ms,
 }
 
 
-State = LedgerState | AggregateState | SavedRep
+State = LedgerState | AggregateState | SavedRep | PairMemory
 
 
 def state_newest_ms(state: State) -> int | None:
@@ -86,6 +96,8 @@ def state_newest_ms(state: State) -> int | None:
         return max(state.pairs.values(), default=None)
     if isinstance(state, SavedRep):
         return state.seen_at_ms
+    if isinstance(state, PairMemory):
+        return state.newest_ms
     return state.newest_ms or None
 
 

@@ -12,6 +12,7 @@ from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.history import Entry
 from streams.engine.ledger import Confirmed
 from streams.engine.neighbours import UserRepresentations
+from streams.engine.recurrence import PairMemory
 from streams.engine.stages import Stages
 from streams.engine.steps.history import recent_positive_items
 
@@ -21,38 +22,46 @@ def speculate(
     ledger: dict[int, int],
     confirmed: Confirmed,
     entries: list[Entry],
+    memory: PairMemory | None,
     stages: Stages,
-) -> ProposalBatch | None:
-    """The request's proposals as one batch (None when nothing needs embedding). ``confirmed``:
-    the user's embeddings that came back (:mod:`streams.engine.ledger`), loaded on demand.
+) -> tuple[ProposalBatch | None, PairMemory | None]:
+    """The request's proposals as one batch (None when nothing needs embedding), and the
+    user's pair memory with this request remembered (None when the ranking reads none).
+    ``confirmed``: the user's embeddings that came back (:mod:`streams.engine.ledger`), loaded
+    on demand; ``memory``: the user's stored pair memory (None: the ranking reads none).
 
-    Also feeds the recurrence prior with the request's candidates *after* proposing, then
-    attaches each proposal's recurrence inputs as of this request (the verify step ranks by
-    them, so it never reads the prior: a pure function of the message and the ledger).
+    Also feeds the recurrence inputs with the request's candidates *after* proposing, then
+    attaches each proposal's inputs as of this request (the verify step ranks by them, so it
+    never reads the prior: a pure function of the message and the ledger).
     """
     proposals = stages.speculator.propose(rec, ledger, confirmed, recent_positive_items(entries))
-    prior = stages.prior
+    prior, t = stages.prior, rec.event_time_ms
     if prior is not None:
-        prior.observe(rec.candidates, rec.event_time_ms, rec.user_id)
+        prior.observe(rec.candidates, t)
+    if memory is not None:
+        memory = memory.remember(rec.request_id, rec.candidates, t)
     if not proposals:
-        return None
+        return None, memory
     items = tuple(p.item_id for p in proposals)
     prior_counts: tuple[float, ...] = ()
     pair_counts: tuple[int, ...] = ()
-    if prior is not None:  # as of this request, its own candidate list counted
-        prior_counts = tuple(prior.raw_counts(items).tolist())
-        pairs = prior.pair_counts(rec.user_id, items, rec.event_time_ms)
+    if prior is not None or memory is not None:  # as of this request, its own list counted
+        zeros = np.zeros(len(items))
+        prior_counts = tuple((zeros if prior is None else prior.raw_counts(items)).tolist())
+        window = stages.pair_memory_ms
+        pairs = zeros if memory is None or window is None else memory.pair_counts(items, t, window)
         pair_counts = tuple(int(c) for c in pairs)
-    return ProposalBatch(
+    batch = ProposalBatch(
         rec.request_id,
         rec.user_id,
-        rec.event_time_ms,
+        t,
         len(rec.candidates),
         items,
         tuple(p.strategy for p in proposals),
         prior_counts=prior_counts,
         pair_counts=pair_counts,
     )
+    return batch, memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +136,8 @@ class RequestOutcome:
     rep: SavedRep | None
     #: saved representations refused as another model's while restoring this user's
     foreign_resets: int = 0
+    #: the user's pair memory to persist (None: unchanged, or the ranking reads none)
+    memory: PairMemory | None = None
 
 
 def request_step(
@@ -134,17 +145,28 @@ def request_step(
     ledger: dict[int, int],
     confirmed: Confirmed,
     entries: list[Entry],
-    saved_rep: Callable[[], SavedRep | None],
+    stored: StoredUserState,
     stages: Stages,
     horizon_ms: int,
 ) -> RequestOutcome:
     """One request's speculate-side rules, in the order both drivers run them: propose pairs
-    (feeding the recurrence prior), then fold the candidates into the user's representation.
-    ``saved_rep`` loads the persisted representation, only when there is a neighbour tier."""
-    proposals = speculate(rec, ledger, confirmed, entries, stages)
+    (feeding the recurrence inputs), then fold the candidates into the user's representation.
+    ``stored`` loads the user's persisted state, each part only when a stage reads it."""
+    memory = stored.memory() if stages.pair_memory_ms is not None else None
+    proposals, remembered = speculate(rec, ledger, confirmed, entries, memory, stages)
+    changed = remembered if remembered is not memory else None
     reps = stages.reps
     if reps is None:
-        return RequestOutcome(proposals, None)
+        return RequestOutcome(proposals, None, memory=changed)
     before = reps.foreign
-    rep = observe_representation(reps, rec, saved_rep(), horizon_ms)
-    return RequestOutcome(proposals, rep, reps.foreign - before)
+    rep = observe_representation(reps, rec, stored.rep(), horizon_ms)
+    return RequestOutcome(proposals, rep, reps.foreign - before, changed)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredUserState:
+    """Loaders of the user's persisted speculate-side state (the driver's tables or dicts),
+    called only when a stage needs that part."""
+
+    rep: Callable[[], SavedRep | None]
+    memory: Callable[[], PairMemory]

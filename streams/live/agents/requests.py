@@ -14,8 +14,8 @@ import faust
 
 from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.stages import undone_on_error
-from streams.engine.state import REPS, aggregate_confirmed
-from streams.engine.steps.speculate import request_step
+from streams.engine.state import RECENT, REPS, aggregate_confirmed
+from streams.engine.steps.speculate import StoredUserState, request_step
 from streams.live import metrics
 from streams.live.agents.context import AgentContext
 from streams.live.agents.verify import UserTables, VerifyAgent
@@ -34,6 +34,7 @@ class RequestsBatch:
         #: the embeddings that came back (the aggregates table's record), read only if needed
         self.confirmed = BatchState(t["aggregates"], aggregate_confirmed)
         self.reps = BatchState(t["reps"], REPS.load, REPS.dump)
+        self.recent = BatchState(t["recent"], RECENT.load, RECENT.dump)
         self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
 
     def tables(self) -> UserTables:
@@ -41,8 +42,10 @@ class RequestsBatch:
         return UserTables(self.ledger.get, self.history.get, self.confirmed.get)
 
     def save(self, proposals: Any) -> None:
-        """Write the representations; count the proposals (one increment per strategy)."""
+        """Write the representations and pair memories; count the proposals (one increment
+        per strategy)."""
         self.reps.save()
+        self.recent.save()
         for strategy, n in self.proposals.items():
             proposals(strategy).inc(n)
 
@@ -69,6 +72,7 @@ class SpeculateAgent:
         parts.now_ms = max(parts.now_ms, rec.event_time_ms)
         partition = event.message.partition
         parts.table_clocks.saw("reps", partition, rec.event_time_ms)
+        parts.table_clocks.saw("recent", partition, rec.event_time_ms)
         if self.verifier is not None:  # this agent writes the ledger too
             parts.table_clocks.saw("ledger", partition, rec.event_time_ms)
         if self.refresher is not None:
@@ -81,20 +85,24 @@ class SpeculateAgent:
             state.ledger.get(user).pairs,
             functools.partial(state.confirmed.get, user),
             state.history.get(user),
-            functools.partial(state.reps.get, user),
+            StoredUserState(
+                functools.partial(state.reps.get, user), functools.partial(state.recent.get, user)
+            ),
             parts.stages,
             self.horizon_ms,
         )
         metrics.count_foreign_resets(out.foreign_resets, "representation")
         if out.rep is not None:
             state.reps.put(user, out.rep, event)
+        if out.memory is not None:
+            state.recent.put(user, out.memory, event)
         if out.proposals is not None:
             state.proposals.update(out.proposals.strategies)
         return out.proposals
 
     async def on_batch(self, events: list[Any]) -> None:
         """Speculate every request; state is saved only once the proposals are delivered, and
-        the in-process state (prior, representations) is undone on an error, so a batch run
+        the in-process state (item prior, representations) is undone on an error, so a batch run
         again after a failed delivery starts from the same state."""
         ctx = self.ctx
         speculated: list[tuple[Any, ProposalBatch]] = []
