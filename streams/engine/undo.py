@@ -4,10 +4,11 @@ same state (issue 24).
 The live agents run a batch again, whole, after an infrastructure error (a failed delivery, a
 store outage: :mod:`streams.live.agents.batch_guard`). Table state is only written once the
 batch's outputs are delivered, so a rerun reads it unchanged; but the speculate step also feeds
-state held in the process (the recurrence prior, the user representations), which the failed try
+state held in the process (the item prior, the user representations), which the failed try
 had already changed. Without an undo, the rerun counted every request of the batch twice: the
-item prior's counts, the user's recent candidate lists and the representation's moving average
-all differed from the simulator's, and with them the verify step's ranking.
+item prior's counts, the user's recent candidate lists (process state too until 2026-12-06, a
+table since) and the representation's moving average all differed from the simulator's, and
+with them the verify step's ranking.
 
 The log records a value the first time a batch changes it (and a whole attribute before a
 structure is rebuilt) and restores them newest first, so nested changes unwind in order. It is

@@ -23,8 +23,8 @@ class Components:
         self.models = models
         self.store = store
         self.codec = make_codec(settings)
-        # The recurrence prior is fed by the requests agent and read by the verify agent of the
-        # same worker (same partitions), in the simulator's order.
+        # The item prior (process state) and the pair memories (the ``recent`` table) are read
+        # and written by the requests agent only; it attaches their counts to the proposals.
         self.stages = build_stages(
             cfg.speculator, cfg.verifier, models, cfg.aggregate_window_ms, cfg.aggregate_bucket_ms
         )

@@ -135,9 +135,12 @@ def env_for(settings: Settings) -> dict[str, str]:
         # ranker process never saw it and read with the default 20 ms, so a loaded machine
         # made it serve "missing" and fail parity)
         SOLARIS_READ_DEADLINE_MS=str(settings.read_deadline_ms),
+        SOLARIS_VERIFIER_PAIR_MEMORY_MS=str(settings.verifier_pair_memory_ms),
         PYTHONPATH=str(REPO_ROOT),
         PYTHONUNBUFFERED="1",
     )
+    if settings.verifier_top_fraction is not None:
+        env["SOLARIS_VERIFIER_TOP_FRACTION"] = str(settings.verifier_top_fraction)
     return env
 
 
