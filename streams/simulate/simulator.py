@@ -33,7 +33,7 @@ from streams.engine.recurrence import EMPTY_MEMORY, PairMemory
 from streams.engine.stages import build_stages
 from streams.engine.steps.aggregate import aggregate_step
 from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
-from streams.engine.steps.expiry import dead_states
+from streams.engine.steps.expiry import EXPIRING_TABLES, dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
 from streams.engine.steps.speculate import SavedRep, StoredUserState, request_step
@@ -108,7 +108,7 @@ class Simulator:
         self._pending: dict[str, tuple[int, dict[int, int], np.ndarray, np.ndarray]] = {}
         #: event time of the last table-expiry sweep; users deleted by it, per table
         self._swept_at = 0
-        self.expired: dict[str, int] = {"ledger": 0, "aggregates": 0, "reps": 0, "recent": 0}
+        self.expired: dict[str, int] = dict.fromkeys(EXPIRING_TABLES, 0)
 
     def run(
         self,
@@ -218,10 +218,10 @@ class Simulator:
                 self.neighbours.saw_aggregate(u, aggregate.event_time_ms)
 
     def _expire_dead_states(self, t: int) -> None:
-        """Delete the users whose ledger, aggregate, saved representation or pair memory can change no output
-        any more (:mod:`streams.engine.steps.expiry`), once per grace of event time: what the live
-        workers' table sweep does, so memory follows the active users. Invisible in every
-        output (``tests/unit/test_table_expiry.py`` compares runs with and without it)."""
+        """Delete the users whose ledger, aggregate, saved representation or pair memory can
+        change no output any more (:mod:`streams.engine.steps.expiry`), once per grace of event
+        time: what the live workers' table sweep does, so memory follows the active users.
+        Invisible in every output (``tests/unit/test_table_expiry.py`` compares runs with and without it)."""
         engine = self.config.engine
         every = max(engine.table_expiry_grace_ms, SWEEP_EVERY_MIN_MS)
         if t - self._swept_at < every:

@@ -13,9 +13,9 @@ plus a grace:
 | ``recent`` | the pair memory's window (``SOLARIS_VERIFIER_PAIR_MEMORY_MS``) | no list in it counts for a later request (:meth:`~streams.engine.recurrence.PairMemory.pair_counts`) |
 
 The grace (``SOLARIS_TABLE_EXPIRY_GRACE_MS``) covers what the state remembers besides its
-content: the ids of the last verified requests, the (item, time) pairs already folded and the ids of
-the remembered candidate lists, which recognise a *redelivery*. A redelivery arrives within the uncommitted window, minutes at most;
-the grace is a day by default.
+content: the ids of the last verified requests, the (item, time) pairs already folded and the
+ids of the remembered candidate lists, which recognise a *redelivery*. A redelivery arrives
+within the uncommitted window, minutes at most; the grace is a day by default.
 
 Not expired, by design (deleting them would change outputs):
 - ``history``: the FM's input is the user's last L interactions however old, so a returning
