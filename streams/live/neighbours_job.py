@@ -44,6 +44,14 @@ class NeighbourRefresher:
         #: snapshots say which bundle's item vectors built them (the ranker skips foreign ones)
         self.version_tag = version_tag(parts.models.fm.model_version)
 
+    def due(self, t: int) -> bool:
+        """Whether :meth:`maybe_refresh` has work at event time ``t``: a refresh due, or the
+        state still to restore (the first check after a start). Reads, changes nothing."""
+        state = self.parts.neighbours
+        if state is None:
+            return False
+        return not self._restored or state.clock.due(t, len(state.newest))
+
     async def maybe_refresh(self, t: int, aggregates: Any, reps_table: Any) -> None:
         """Refresh when due at event time ``t`` (before the request at ``t`` is speculated)."""
         state, s = self.parts.neighbours, self.settings

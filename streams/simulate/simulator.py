@@ -36,7 +36,7 @@ from streams.engine.steps.embed import EmbedInput, embed_input, nonfinite_output
 from streams.engine.steps.expiry import EXPIRING_TABLES, dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
-from streams.engine.steps.speculate import SavedRep, StoredUserState, request_step
+from streams.engine.steps.speculate import SavedRep, SpeculateInputs, speculate_step
 from streams.engine.steps.state import user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
@@ -168,24 +168,25 @@ class Simulator:
         cfg, u = self.config, r.user_id
         self._expire_dead_states(r.event_time_ms)
         ledger = self.ledgers.setdefault(u, LedgerState())
-        out = request_step(
-            r,
-            ledger.pairs,
-            self._confirmed(u),
-            self.history.entries(u),
-            StoredUserState(
-                lambda: self.saved_reps.get(u), lambda: self.pair_memory.get(u, EMPTY_MEMORY)
+        out = speculate_step(
+            [r],
+            SpeculateInputs(
+                lambda _: ledger.pairs,
+                lambda _: self._confirmed(u)(),
+                self.history.entries,
+                self.saved_reps.get,
+                lambda _: self.pair_memory.get(u, EMPTY_MEMORY),
             ),
             self.stages,
             cfg.reader.neighbour_aggregate_ttl_ms,
         )
-        if out.rep is not None:
-            self.saved_reps[u] = out.rep
-        if out.memory is not None:
-            self.pair_memory[u] = out.memory
-        batch = out.proposals
-        if batch is None:
+        for user, rep in out.reps.items():  # item by item: tests record the writes
+            self.saved_reps[user] = rep
+        for user, memory in out.memories.items():
+            self.pair_memory[user] = memory
+        if not out.proposals:
             return
+        ((_, batch),) = out.proposals
         (res,) = verify_requests(
             [batch],
             lambda _: ledger,

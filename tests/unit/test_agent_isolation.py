@@ -24,10 +24,10 @@ from store.memory import InMemoryStore
 from streams.engine.aggregator import AggregateState, RollingAggregator
 from streams.engine.embedder import Embedder
 from streams.engine.models import EngineModels
+from streams.engine.steps import speculate as speculate_steps
 from streams.engine.steps import verify as verify_step
 from streams.engine.steps.embed import EmbedInput, embed_input, embed_isolating, embedding_batch
 from streams.live.agents import embed as embed_agent
-from streams.live.agents import requests as requests_agent
 from streams.live.agents import verify as verify_agent
 from streams.live.components import Components
 from streams.settings import Settings
@@ -159,14 +159,14 @@ def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
 def test_speculate_agent_dead_letters_only_the_request_whose_step_raises(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = requests_agent.request_step
+    real = speculate_steps.request_step
 
     def failing(rec: RequestEvent, *args: Any) -> Any:
         if POISON in rec.candidates:
             raise RuntimeError("speculation blew up")
         return real(rec, *args)
 
-    monkeypatch.setattr(requests_agent, "request_step", failing)
+    monkeypatch.setattr(speculate_steps, "request_step", failing)
 
     async def body(app: faust.App, parts: Components, sent: Sent) -> None:
         enc = parts.codec.encode

@@ -1,14 +1,25 @@
-"""Speculate step: a request proposes pairs to embed and updates the user's representation."""
+"""Speculate step: a batch of requests proposes pairs to embed and updates each user's
+representation and pair memory.
+
+Both drivers call :func:`speculate_step`: the live speculate agent on each batch of ``requests``
+(split only where a neighbour refresh falls due, which runs between requests at event time), the
+simulator on each request as a batch of one. A user's stored state is loaded once per batch and
+carried from one of its requests to the next inside the step; the step returns what to persist.
+A request the step cannot process is refused alone (``isolate``) and changes no stored state.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import functools
+from collections import Counter
+from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from schemas.records import ProposalBatch, RequestEvent
+from streams.engine.errors import StepError
 from streams.engine.history import Entry
 from streams.engine.ledger import Confirmed
 from streams.engine.neighbours import UserRepresentations
@@ -170,3 +181,114 @@ class StoredUserState:
 
     rep: Callable[[], SavedRep | None]
     memory: Callable[[], PairMemory]
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculateInputs:
+    """Per-user loaders of the stored state the speculate step reads (the live agent's tables,
+    the simulator's dicts). The step calls each at most once per user and batch, and only when a
+    stage reads that part."""
+
+    ledger: Callable[[int], dict[int, int]]
+    #: the embeddings that came back (:mod:`streams.engine.ledger`), for a user's ledger marks
+    #: past the in-flight timeout
+    confirmed: Callable[[int], Set[tuple[int, int]]]
+    entries: Callable[[int], list[Entry]]
+    rep: Callable[[int], SavedRep | None]
+    memory: Callable[[int], PairMemory]
+
+
+@dataclass(slots=True)
+class SpeculateResult:
+    """What one batch of requests made: proposals to verify, state to persist, and refusals."""
+
+    #: ``(index in the batch, proposals)`` of each request that proposed pairs, in batch order
+    proposals: list[tuple[int, ProposalBatch]] = field(default_factory=list)
+    #: each user's representation to persist (its value after the batch's last change)
+    reps: dict[int, SavedRep] = field(default_factory=dict)
+    #: each user's pair memory to persist
+    memories: dict[int, PairMemory] = field(default_factory=dict)
+    #: user -> index of the batch's last request that changed its representation or memory
+    #: (the live agent writes the tables in that request's partition)
+    changed_at: dict[int, int] = field(default_factory=dict)
+    #: ``(index in the batch, why)`` of each request not processed
+    refused: list[tuple[int, Exception]] = field(default_factory=list)
+    #: saved representations refused as another model's while restoring users
+    foreign_resets: int = 0
+    #: proposals per strategy
+    strategies: Counter[str] = field(default_factory=Counter)
+
+
+class _BatchUsers:
+    """The stored state of the batch's users, each part loaded once and then carried along."""
+
+    def __init__(self, inputs: SpeculateInputs, result: SpeculateResult) -> None:
+        self.inputs, self.result = inputs, result
+        self.cache: dict[tuple[str, int], Any] = {}
+
+    def get(self, part: str, user: int) -> Any:
+        key = (part, user)
+        try:
+            return self.cache[key]
+        except KeyError:
+            value = self.cache[key] = getattr(self.inputs, part)(user)
+            return value
+
+    def stored(self, user: int) -> StoredUserState:
+        """The user's representation and memory as of the batch so far."""
+        result = self.result
+        rep = result.reps.get(user)
+        memory = result.memories.get(user)
+        return StoredUserState(
+            (lambda: rep) if rep is not None else (lambda: self.get("rep", user)),
+            (lambda: memory) if memory is not None else (lambda: self.get("memory", user)),
+        )
+
+
+def speculate_step(
+    requests: Sequence[RequestEvent],
+    inputs: SpeculateInputs,
+    stages: Stages,
+    horizon_ms: int,
+    isolate: tuple[type[Exception], ...] = (StepError,),
+) -> SpeculateResult:
+    """Speculate every request of the batch in order (:func:`request_step` each), the user's
+    representation and pair memory carried from one of its requests to the next.
+
+    A request raising one of ``isolate`` is refused alone and persists nothing; the item prior
+    and the representations (process state, undone by the driver's
+    :func:`~streams.engine.stages.undone_on_error` when a whole batch fails) may keep what it
+    observed before the error. The simulator isolates only :class:`StepError`; the live agent
+    isolates any error of one request (a poison message costs only itself)."""
+    result = SpeculateResult()
+    users = _BatchUsers(inputs, result)
+    for index, rec in enumerate(requests):
+        user = rec.user_id
+        try:
+            out = request_step(
+                rec,
+                users.get("ledger", user),
+                functools.partial(users.get, "confirmed", user),
+                users.get("entries", user),
+                users.stored(user),
+                stages,
+                horizon_ms,
+            )
+        except isolate as exc:
+            result.refused.append((index, exc))
+            continue
+        _record(result, index, user, out)
+    return result
+
+
+def _record(result: SpeculateResult, index: int, user: int, out: RequestOutcome) -> None:
+    result.foreign_resets += out.foreign_resets
+    if out.rep is not None:
+        result.reps[user] = out.rep
+        result.changed_at[user] = index
+    if out.memory is not None:
+        result.memories[user] = out.memory
+        result.changed_at[user] = index
+    if out.proposals is not None:
+        result.proposals.append((index, out.proposals))
+        result.strategies.update(out.proposals.strategies)

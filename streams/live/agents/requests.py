@@ -7,20 +7,22 @@ each request it runs first if due, exactly where the simulator runs it.
 from __future__ import annotations
 
 import collections
-import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import faust
 
 from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.stages import undone_on_error
 from streams.engine.state import RECENT, REPS, aggregate_confirmed
-from streams.engine.steps.speculate import StoredUserState, request_step
+from streams.engine.steps.speculate import SpeculateInputs, speculate_step
 from streams.live import metrics
-from streams.live.agents.context import AgentContext
+from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current
 from streams.live.agents.verify import UserTables, VerifyAgent
 from streams.live.neighbours_job import NeighbourRefresher
 from streams.live.state import BatchState, history_from_table, ledger_from_table
+
+V = TypeVar("V")
 
 
 class RequestsBatch:
@@ -36,6 +38,25 @@ class RequestsBatch:
         self.reps = BatchState(t["reps"], REPS.load, REPS.dump)
         self.recent = BatchState(t["recent"], RECENT.load, RECENT.dump)
         self.proposals: collections.Counter[str] = collections.Counter()  #: per strategy
+
+    def inputs(self, first: dict[int, Any]) -> SpeculateInputs:
+        """The speculate step's loaders: each user's values read in the partition of
+        ``first[user]`` (its first event in the run)."""
+
+        def in_partition(load: Callable[[int], V]) -> Callable[[int], V]:
+            def read(user: int) -> V:
+                with as_current(first[user]):
+                    return load(user)
+
+            return read
+
+        return SpeculateInputs(
+            in_partition(lambda u: self.ledger.get(u).pairs),
+            in_partition(self.confirmed.get),
+            in_partition(self.history.get),
+            in_partition(self.reps.get),
+            in_partition(self.recent.get),
+        )
 
     def tables(self) -> UserTables:
         """The batch's state as the fused verify step reads it (each user read once)."""
@@ -64,58 +85,70 @@ class SpeculateAgent:
         self.proposals = metrics.bound(metrics.PROPOSALS)
         self.horizon_ms = ctx.parts.config.reader.neighbour_aggregate_ttl_ms
 
-    async def on_request(
-        self, rec: RequestEvent, state: RequestsBatch, event: Any
-    ) -> ProposalBatch | None:
-        """One request's step; returns its proposals (or None)."""
+    async def admit(self, events: list[Any]) -> list[tuple[Any, RequestEvent]]:
+        """The batch's requests (undecodable ones dead-lettered), with the event-time clocks
+        of the tables this agent writes advanced."""
         parts, ctx = self.ctx.parts, self.ctx
-        parts.now_ms = max(parts.now_ms, rec.event_time_ms)
-        partition = event.message.partition
-        parts.table_clocks.saw("reps", partition, rec.event_time_ms)
-        parts.table_clocks.saw("recent", partition, rec.event_time_ms)
-        if self.verifier is not None:  # this agent writes the ledger too
-            parts.table_clocks.saw("ledger", partition, rec.event_time_ms)
-        if self.refresher is not None:
-            await self.refresher.maybe_refresh(
-                rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
-            )
-        user = rec.user_id
-        out = request_step(  # state read in this event's partition
-            rec,
-            state.ledger.get(user).pairs,
-            functools.partial(state.confirmed.get, user),
-            state.history.get(user),
-            StoredUserState(
-                functools.partial(state.reps.get, user), functools.partial(state.recent.get, user)
-            ),
-            parts.stages,
+        tables = ("reps", "recent", "ledger") if self.verifier is not None else ("reps", "recent")
+        admitted: list[tuple[Any, RequestEvent]] = []
+        for event in events:
+            rec = await ctx.admitted(event, RequestEvent)
+            if rec is None:
+                continue
+            parts.now_ms = max(parts.now_ms, rec.event_time_ms)
+            for table in tables:
+                parts.table_clocks.saw(table, event.message.partition, rec.event_time_ms)
+            admitted.append((event, rec))
+        return admitted
+
+    async def speculate_run(
+        self, run: list[tuple[Any, RequestEvent]], state: RequestsBatch
+    ) -> list[tuple[Any, ProposalBatch]]:
+        """One run of requests through the engine's step (each user's state read in the
+        partition of its first event here, written in that of its last change)."""
+        if not run:
+            return []
+        first = {rec.user_id: event for event, rec in reversed(run)}
+        result = speculate_step(
+            [rec for _, rec in run],
+            state.inputs(first),
+            self.ctx.parts.stages,
             self.horizon_ms,
+            isolate=(Exception,),  # one poison request costs only itself
         )
-        metrics.count_foreign_resets(out.foreign_resets, "representation")
-        if out.rep is not None:
-            state.reps.put(user, out.rep, event)
-        if out.memory is not None:
-            state.recent.put(user, out.memory, event)
-        if out.proposals is not None:
-            state.proposals.update(out.proposals.strategies)
-        return out.proposals
+        for index, exc in result.refused:
+            if isinstance(exc, INFRA_ERRORS):
+                raise exc  # the batch guard runs the batch again, whole (state undone)
+            await self.ctx.dead_for(run[index][0], exc)
+        metrics.count_foreign_resets(result.foreign_resets, "representation")
+        for user, index in result.changed_at.items():
+            event = run[index][0]
+            if user in result.reps:
+                state.reps.put(user, result.reps[user], event)
+            if user in result.memories:
+                state.recent.put(user, result.memories[user], event)
+        state.proposals.update(result.strategies)
+        return [(run[index][0], batch) for index, batch in result.proposals]
 
     async def on_batch(self, events: list[Any]) -> None:
         """Speculate every request; state is saved only once the proposals are delivered, and
         the in-process state (item prior, representations) is undone on an error, so a batch run
-        again after a failed delivery starts from the same state."""
-        ctx = self.ctx
+        again after a failed delivery starts from the same state. The batch is cut where a
+        neighbour refresh falls due: the refresh runs before that request, as in the simulator."""
+        ctx, refresher = self.ctx, self.refresher
         speculated: list[tuple[Any, ProposalBatch]] = []
         state = RequestsBatch(ctx)
         with undone_on_error(ctx.parts.stages):
-            for event in events:
-                rec = await ctx.admitted(event, RequestEvent)
-                if rec is None:
-                    continue
-                async with ctx.processing(event):
-                    batch = await self.on_request(rec, state, event)
-                    if batch is not None:
-                        speculated.append((event, batch))
+            admitted = await self.admit(events)
+            start = 0
+            for index, (_, rec) in enumerate(admitted):
+                if refresher is not None and refresher.due(rec.event_time_ms):
+                    speculated += await self.speculate_run(admitted[start:index], state)
+                    start = index
+                    await refresher.maybe_refresh(
+                        rec.event_time_ms, ctx.tables["aggregates"], ctx.tables["reps"]
+                    )
+            speculated += await self.speculate_run(admitted[start:], state)
             if self.verifier is not None:
                 await self.verifier.verify_speculated(speculated, state.tables())
             else:
