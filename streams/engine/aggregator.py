@@ -1,9 +1,12 @@
 """Rolling per-user aggregate: mean of the user's pair embeddings over the last 24 h of event time.
 
-State is bucketed (``bucket_ms``, default 1 h): per bucket the vector sum and count. A new
-embedding lands in its bucket; buckets that end before ``newest - window`` are evicted by
-*event time* (not Faust's wall-clock window expiry, which would purge replayed traffic). The
-window is therefore exact to one bucket. State serialises to plain JSON for a Faust table.
+State is bucketed (``bucket_ms``, default 1 h): per bucket the vector sum, the count and the
+``(item, event time)`` keys it counted (:class:`SeenKeys`). A new embedding lands in its bucket;
+buckets that end before ``newest - window`` are evicted by *event time* (not Faust's wall-clock
+window expiry, which would purge replayed traffic), keys and all. The window is therefore exact
+to one bucket. State serialises to plain JSON for a Faust table; a bucket's keys stay encoded
+until a test or an add reaches that bucket, so a batch that adds to the newest bucket decodes
+and re-encodes that bucket's keys only, not a day of them.
 
 An aggregate never mixes FM versions: the state holds one version; an embedding of another
 version restarts the user's buckets for it (an FM upgrade, or a rollback), unless it is a *late*
@@ -14,8 +17,9 @@ that version: a redelivery from before the switch), which is dropped and counted
 from __future__ import annotations
 
 import base64
+import bisect
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,106 @@ log = logging.getLogger(__name__)
 MAX_RETIRED = 4
 
 
+#: an encoded bucket's keys: little-endian int64 ``(item, event time)`` pairs, base64
+_KEY = np.dtype("<i8")
+
+
+def _encode_keys(keys: Iterable[tuple[int, int]]) -> str:
+    pairs = np.array(sorted(keys), dtype=_KEY).reshape(-1, 2)  # sorted: the same bytes each run
+    return base64.b64encode(pairs.tobytes()).decode()
+
+
+def _decode_keys(text: str) -> set[tuple[int, int]]:
+    pairs = np.frombuffer(base64.b64decode(text), _KEY).reshape(-1, 2)
+    return set(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
+
+
+class SeenKeys:
+    """The ``(item_id, event_time_ms)`` of every embedding a state counted, per bucket start.
+
+    A bucket's keys are decoded on first use and encoded again only if they changed; a key
+    belongs to the bucket with the largest start at or before its time (buckets are aligned, so
+    that is its own bucket whenever it was counted), so a membership test needs no bucket width.
+    Compares equal to a set of the same keys.
+    """
+
+    __slots__ = ("_decoded", "_encoded")
+
+    def __init__(self, encoded: dict[int, str] | None = None) -> None:
+        #: start -> the bucket's keys as read, while they have not changed
+        self._encoded: dict[int, str] = encoded or {}
+        self._decoded: dict[int, set[tuple[int, int]]] = {}  #: start -> keys, once used
+
+    @classmethod
+    def of(cls, keys: Iterable[tuple[int, int]], starts: Iterable[int]) -> SeenKeys:
+        """``keys`` spread over the buckets ``starts`` (a key before every start is dropped)."""
+        out = cls()
+        ordered = sorted(starts)
+        for key in keys:
+            start = _start_of(ordered, key[1])
+            if start is not None:
+                out.add(start, key)
+        return out
+
+    def _bucket(self, start: int) -> set[tuple[int, int]]:
+        keys = self._decoded.get(start)
+        if keys is None:
+            text = self._encoded.get(start)
+            keys = self._decoded[start] = set() if text is None else _decode_keys(text)
+        return keys
+
+    def starts(self) -> list[int]:
+        return sorted(self._encoded.keys() | self._decoded.keys())
+
+    def has(self, start: int, key: tuple[int, int]) -> bool:
+        """Whether ``key``, of the bucket at ``start``, was counted."""
+        return (start in self._encoded or start in self._decoded) and key in self._bucket(start)
+
+    def add(self, start: int, key: tuple[int, int]) -> None:
+        self._bucket(start).add(key)
+        self._encoded.pop(start, None)  # changed: encoded again when saved
+
+    def drop(self, start: int) -> None:
+        """Forget a bucket's keys (the bucket left the window)."""
+        self._encoded.pop(start, None)
+        self._decoded.pop(start, None)
+
+    def clear(self) -> None:
+        self._encoded.clear()
+        self._decoded.clear()
+
+    def encoded(self, start: int) -> str:
+        """The bucket's keys for a table value: the text read, unless the bucket changed."""
+        text = self._encoded.get(start)
+        return _encode_keys(self._decoded.get(start, ())) if text is None else text
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        start = _start_of(self.starts(), key[1])
+        return start is not None and self.has(start, key)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for start in self.starts():
+            yield from self._bucket(start)
+
+    def __len__(self) -> int:
+        return sum(len(self._bucket(start)) for start in self.starts())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SeenKeys | set | frozenset):
+            return set(self) == set(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+
+def _start_of(ordered_starts: list[int], t: int) -> int | None:
+    """The largest start at or before ``t`` (None: ``t`` is before every bucket)."""
+    i = bisect.bisect_right(ordered_starts, t)
+    return ordered_starts[i - 1] if i else None
+
+
 @dataclass(slots=True)
 class AggregateState:
     """Bucketed sums of one user: ``bucket start -> (count, sum float64 [dim])``."""
@@ -37,7 +141,7 @@ class AggregateState:
     buckets: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
     newest_ms: int = 0
     #: (item_id, event_time_ms) already counted, so redelivered embeddings are not counted twice
-    seen: set[tuple[int, int]] = field(default_factory=set)
+    seen: SeenKeys = field(default_factory=SeenKeys)
     #: model version of every embedding in ``buckets``; None = unknown (a new state, or one
     #: written before versions were stored: the first embedding then restarts it)
     version: str | None = None
@@ -58,14 +162,18 @@ class AggregateState:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe form for a Faust table; sums travel as base64 float64 bytes (exact, and far
-        cheaper to encode and decode than lists of floats on every embedding)."""
+        cheaper to encode and decode than lists of floats on every embedding), each bucket's
+        counted keys as base64 int64 pairs next to it."""
         return {
             "b": {
-                str(k): [c, base64.b64encode(s.astype("<f8").tobytes()).decode()]
+                str(k): [
+                    c,
+                    base64.b64encode(s.astype("<f8").tobytes()).decode(),
+                    self.seen.encoded(k),
+                ]
                 for k, (c, s) in self.buckets.items()
             },
             "n": self.newest_ms,
-            "s": [list(x) for x in self.seen],
             "v": self.version,
             "r": self.retired,
         }
@@ -74,16 +182,25 @@ class AggregateState:
     def from_json(cls, data: dict[str, Any] | None) -> AggregateState:
         if not data:
             return cls()
+        buckets = {
+            int(k): (int(v[0]), np.frombuffer(base64.b64decode(v[1]), "<f8").copy())
+            for k, v in data["b"].items()
+        }
         return cls(
-            {
-                int(k): (int(c), np.frombuffer(base64.b64decode(s), "<f8").copy())
-                for k, (c, s) in data["b"].items()
-            },
+            buckets,
             int(data["n"]),
-            {(int(i), int(t)) for i, t in data["s"]},
+            seen_of_table(data),
             data.get("v"),  # absent in state written before versions were stored
             {str(k): int(t) for k, t in data.get("r", {}).items()},
         )
+
+
+def seen_of_table(data: dict[str, Any]) -> SeenKeys:
+    """The counted keys of a stored state, without decoding its sums; a value written before
+    the keys were kept per bucket (2026-12-06) holds them in one list (``"s"``)."""
+    if "s" in data:
+        return SeenKeys.of(((int(i), int(t)) for i, t in data["s"]), map(int, data["b"]))
+    return SeenKeys({int(k): v[2] for k, v in data["b"].items()})
 
 
 def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> None:
@@ -139,11 +256,11 @@ class RollingAggregator:
                 )
             key = (emb.item_id, emb.event_time_ms)
             start = emb.event_time_ms - emb.event_time_ms % self.bucket_ms
-            if key in state.seen or self._expired(state, start):
+            if state.seen.has(start, key) or self._expired(state, start):
                 # seen: a redelivery; expired: its bucket already left the window, and with it
                 # the record of whether it was counted (a redelivery must not count twice)
                 continue
-            state.seen.add(key)
+            state.seen.add(start, key)
             count, total = state.buckets.get(start, (0, np.zeros(emb.dim, np.float64)))
             state.buckets[start] = (count + 1, total + emb.array())
             state.newest_ms = max(state.newest_ms, emb.event_time_ms)
@@ -194,14 +311,8 @@ class RollingAggregator:
 
     def _evict(self, state: AggregateState) -> None:
         expired = [s for s in state.buckets if self._expired(state, s)]
-        if not expired:
-            # every dedup entry's bucket is in ``buckets`` (they are added and dropped
-            # together), so none expired either: the set is not rebuilt on every embedding
-            return
         for start in expired:
+            # Dedup entries live exactly as long as the bucket that counted them: dropping them
+            # at the horizon while their bucket stayed let a late redelivery be counted twice.
             del state.buckets[start]
-        # Dedup entries live exactly as long as the bucket that counted them: dropping them at
-        # the horizon while their bucket stayed let a late redelivery be counted twice.
-        state.seen = {
-            (i, t) for i, t in state.seen if not self._expired(state, t - t % self.bucket_ms)
-        }
+            state.seen.drop(start)

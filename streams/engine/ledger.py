@@ -16,10 +16,10 @@ way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Container, Iterable
 
 #: a user's confirmed embeddings ``{(item_id, event_time_ms)}``, loaded only when a rule needs it
-Confirmed = Callable[[], Set[tuple[int, int]]]
+Confirmed = Callable[[], Container[tuple[int, int]]]
 
 
 def is_fresh(

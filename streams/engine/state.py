@@ -20,11 +20,11 @@ traffic and not stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from streams.engine.aggregator import AggregateState
+from streams.engine.aggregator import AggregateState, seen_of_table
 from streams.engine.history import Entry
 from streams.engine.recurrence import PairMemory
 from streams.engine.steps.speculate import SavedRep
@@ -71,13 +71,14 @@ def aggregate_newest_ms(value: Any) -> int | None:
     return int(value["n"]) if value else None
 
 
-def aggregate_confirmed(value: Any) -> frozenset[tuple[int, int]]:
+def aggregate_confirmed(value: Any) -> Container[tuple[int, int]]:
     """The ``(item, event time)`` of every embedding a stored aggregate state folded (its
-    ``seen``), without decoding its buckets: the embeddings that came back, which the ledger's
-    in-flight rule reads (:mod:`streams.engine.ledger`)."""
+    ``seen``), without decoding its sums: the embeddings that came back, which the ledger's
+    in-flight rule reads (:mod:`streams.engine.ledger`). A bucket's keys are decoded only when
+    a test reaches that bucket."""
     if not value:
         return frozenset()
-    return frozenset((int(i), int(t)) for i, t in value["s"])
+    return seen_of_table(value)
 
 
 @dataclass(frozen=True, slots=True)

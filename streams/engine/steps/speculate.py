@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,7 +192,7 @@ class SpeculateInputs:
     ledger: Callable[[int], dict[int, int]]
     #: the embeddings that came back (:mod:`streams.engine.ledger`), for a user's ledger marks
     #: past the in-flight timeout
-    confirmed: Callable[[int], Set[tuple[int, int]]]
+    confirmed: Callable[[int], Container[tuple[int, int]]]
     entries: Callable[[int], list[Entry]]
     rep: Callable[[int], SavedRep | None]
     memory: Callable[[int], PairMemory]

@@ -13,7 +13,7 @@ whole batch again (the ledger is not saved yet).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 Decoded = list[tuple[Any, ProposalBatch]]  #: (Faust event, its record), in stream order
 UserState = dict[int, tuple[LedgerState, list[Entry]]]
 #: per user, the embeddings that came back (read from the aggregates table when a rule needs it)
-Confirmations = dict[int, frozenset[tuple[int, int]]]
+Confirmations = dict[int, Container[tuple[int, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class UserTables:
 
     ledger: Callable[[int], LedgerState]
     history: Callable[[int], list[Entry]]
-    confirmed: Callable[[int], frozenset[tuple[int, int]]]
+    confirmed: Callable[[int], Container[tuple[int, int]]]
 
 
 class VerifyAgent:
@@ -144,7 +144,7 @@ class VerifyAgent:
         return b.event_time_ms - min(oldest, first_ms) >= knobs.in_flight_ms
 
     def _confirmed_of(self, user: int) -> Confirmed:
-        def load() -> frozenset[tuple[int, int]]:
+        def load() -> Container[tuple[int, int]]:
             try:
                 return self.confirmed[user]
             except KeyError:  # _needs_confirmed said no: the rule cannot ask
