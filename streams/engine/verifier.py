@@ -87,6 +87,15 @@ class VerifierStats:
         return 1.0 - self.kept / self.scored if self.scored else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the verifier kept of one group, and how many of its pairs it dropped for a NaN or
+    infinite score (a broken model: the caller reports them per request)."""
+
+    kept: list[PairProposal]
+    nonfinite: int = 0
+
+
 class Verifier:
     """Scores and filters proposals; kept proposals carry their score."""
 
@@ -101,6 +110,15 @@ class Verifier:
         candidate_counts: Sequence[int] | None = None,
         recurrence: Sequence[RecurrenceInputs | None] | None = None,
     ) -> list[list[PairProposal]]:
+        """The kept proposals of each group (:meth:`select_many`)."""
+        return [s.kept for s in self.select_many(groups, candidate_counts, recurrence)]
+
+    def select_many(
+        self,
+        groups: Sequence[Sequence[PairProposal]],
+        candidate_counts: Sequence[int] | None = None,
+        recurrence: Sequence[RecurrenceInputs | None] | None = None,
+    ) -> list[Selection]:
         """Verify several requests' proposals with one model call.
 
         ``candidate_counts`` (per group) is the base of ``top_fraction``; default the group size.
@@ -110,14 +128,14 @@ class Verifier:
         """
         flat = [p for g in groups for p in g]
         if not flat:
-            return [[] for _ in groups]
+            return [Selection([]) for _ in groups]
         scores = self.scorer.score(
             np.fromiter((p.user_id for p in flat), np.int64, len(flat)),
             np.fromiter((p.item_id for p in flat), np.int64, len(flat)),
             np.fromiter((p.event_time_ms for p in flat), np.int64, len(flat)),
         )
         self.stats.scored += len(flat)
-        out: list[list[PairProposal]] = []
+        out: list[Selection] = []
         offset = 0
         for gi, group in enumerate(groups):
             s = scores[offset : offset + len(group)]
@@ -133,7 +151,7 @@ class Verifier:
         scores: np.ndarray,
         base: int,
         inputs: RecurrenceInputs | None,
-    ) -> list[PairProposal]:
+    ) -> Selection:
         cfg = self.config
         key = scores.astype(np.float64)
         if cfg.rank_by != "vm":
@@ -142,9 +160,11 @@ class Verifier:
             key = recurrence_key(cfg.rank_by, key, inputs.prior_counts, inputs.pair_counts)
         order = np.argsort(-key, kind="stable")
         finite = np.isfinite(key)
+        nonfinite = 0
         if not finite.all():  # a broken score (NaN, +inf) must not take a valid pair's slot
             order = order[finite[order]]
-            self.stats.dropped_nonfinite += len(scores) - len(order)
+            nonfinite = len(scores) - len(order)
+            self.stats.dropped_nonfinite += nonfinite
         if cfg.threshold is not None:
             passing = order[scores[order] >= cfg.threshold]
             self.stats.dropped_threshold += len(order) - len(passing)
@@ -152,4 +172,5 @@ class Verifier:
         keep = min(len(order), cfg.keep_count(base))
         self.stats.dropped_rank += len(order) - keep
         self.stats.kept += keep
-        return [replace(group[i], score=float(scores[i])) for i in sorted(order[:keep])]
+        kept = [replace(group[i], score=float(scores[i])) for i in sorted(order[:keep])]
+        return Selection(kept, nonfinite)

@@ -126,9 +126,11 @@ class NanVM(FakeVM):
 
 
 def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Nothing valid is lost: the request's other pairs and the other requests are verified."""
+    """Nothing valid is lost: the request's other pairs and the other requests are verified.
+    The warning counts the dropped pairs and names the users they were for (the verify step's
+    results say so per request: no counter diffed around the call)."""
     monkeypatch.setenv("SOLARIS_VERIFIER_TOP_FRACTION", "1.0")  # the VM keeps every pair
     monkeypatch.setattr(test_agents, "EngineModels", lambda fm: EngineModels(fm, vm=NanVM()))
 
@@ -150,7 +152,10 @@ def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
         assert sorted(i for i, _ in ledger[7]["pairs"]) == [1, 2]  # the NaN pair not recorded
         assert 8 not in ledger
 
-    run(body, monkeypatch)
+    with caplog.at_level("WARNING", logger="streams.live.agents.verify"):
+        run(body, monkeypatch)
+    (warning,) = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
+    assert warning == "dropped 2 pairs with a non-finite VM score (users [7, 8])"
 
 
 # --- speculate ------------------------------------------------------------------------------

@@ -113,6 +113,11 @@ def test_verifier_drops_non_finite_scores_before_ranking() -> None:
     kept = v.verify_many([props(5)])[0]
     assert [p.item_id for p in kept] == [102, 104]
     assert v.stats.dropped_nonfinite == 2 and v.stats.kept == 2 and v.stats.dropped_rank == 1
+    first, second = v.select_many([props(3), props(2)])  # the same scores over two groups
+    assert (first.nonfinite, second.nonfinite) == (1, 1)
+    assert [p.item_id for p in first.kept] == [100, 102] and [p.item_id for p in second.kept] == [
+        101
+    ]
 
 
 def test_embedder_builds_float16_records() -> None:

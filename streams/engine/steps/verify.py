@@ -26,7 +26,7 @@ from schemas.records import PairProposal, ProposalBatch
 from streams.engine.history import Entry, history_before
 from streams.engine.ledger import Confirmed, is_fresh, record
 from streams.engine.recurrence import RecurrenceInputs
-from streams.engine.verifier import Verifier
+from streams.engine.verifier import Selection, Verifier
 
 #: request ids remembered per user: a redelivery is recognised within the uncommitted window,
 #: which holds a handful of a user's requests at most
@@ -62,6 +62,8 @@ class VerifyResult:
     redelivered: bool = False
     proposed: int = 0
     verified: int = 0
+    #: pairs dropped for a NaN or infinite VM score (a broken model; the live agent reports them)
+    dropped_nonfinite: int = 0
 
 
 def fresh_positions(
@@ -155,9 +157,9 @@ def verify_requests(
                 groups[i] = fresh_filter(b, keep)
                 inputs[i] = recurrence_inputs(b, keep)
         kept = _verify_groups(verifier, batches, groups, inputs)
-        for i, ok in kept.items():
+        for i, selection in kept.items():
             b, led = batches[i], current[batches[i].user_id]
-            results[i] = _result(b, groups[i], ok, led, histories, knobs)
+            results[i] = _result(b, groups[i], selection, led, histories, knobs)
     return [r for r in results if r is not None]
 
 
@@ -166,12 +168,12 @@ def _verify_groups(
     batches: Sequence[ProposalBatch],
     groups: dict[int, list[PairProposal]],
     inputs: dict[int, RecurrenceInputs | None],
-) -> dict[int, list[PairProposal]]:
+) -> dict[int, Selection]:
     idx = [i for i, g in groups.items() if g]
-    kept: dict[int, list[PairProposal]] = {i: [] for i in groups if not groups[i]}
+    kept = {i: Selection([]) for i in groups if not groups[i]}
     if verifier is None:
-        return {**kept, **{i: groups[i] for i in idx}}
-    out = verifier.verify_many(
+        return {**kept, **{i: Selection(groups[i]) for i in idx}}
+    out = verifier.select_many(
         [groups[i] for i in idx], [batches[i].candidates for i in idx], [inputs[i] for i in idx]
     )
     return {**kept, **dict(zip(idx, out, strict=True))}
@@ -180,14 +182,17 @@ def _verify_groups(
 def _result(
     b: ProposalBatch,
     group: list[PairProposal],
-    ok: list[PairProposal],
+    selection: Selection,
     led: LedgerState,
     histories: Callable[[int], list[Entry]],
     knobs: VerifyKnobs,
 ) -> VerifyResult:
+    ok, nonfinite = selection.kept, selection.nonfinite
     if not ok:  # nothing sent, nothing to remember
-        return VerifyResult(None, None, proposed=len(group))
+        return VerifyResult(None, None, proposed=len(group), dropped_nonfinite=nonfinite)
     record(led.pairs, (p.item_id for p in ok), b.event_time_ms, knobs.pair_ttl_ms)
     led.requests = [*led.requests, b.request_id][-VERIFIED_REQUESTS_KEPT:]
     out = verified_batch(b, ok, histories(b.user_id), knobs.history_len)
-    return VerifyResult(out, led.copy(), proposed=len(group), verified=len(ok))
+    return VerifyResult(
+        out, led.copy(), proposed=len(group), verified=len(ok), dropped_nonfinite=nonfinite
+    )

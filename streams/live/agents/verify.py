@@ -88,7 +88,6 @@ class VerifyAgent:
         """Verify, send the ``verified`` messages, then save the ledgers (see the module)."""
         if not decoded:
             return
-        nonfinite = self._nonfinite()
         try:
             results = await in_pool(MODEL_POOL, self._verify, [b for _, b in decoded], state)
             encoded = self._encode(results)
@@ -96,17 +95,16 @@ class VerifyAgent:
             raise
         except Exception:  # isolate the bad message: verify one by one
             decoded, results, encoded = await self._one_by_one(decoded, state)
-        self._report_nonfinite(self._nonfinite() - nonfinite, decoded)
+        self._report_nonfinite(decoded, results)
         await self._send_then_save(decoded, results, encoded)
 
-    def _nonfinite(self) -> int:
-        verifier = self.ctx.parts.stages.verifier
-        return 0 if verifier is None else verifier.stats.dropped_nonfinite
-
-    def _report_nonfinite(self, dropped: int, decoded: Decoded) -> None:
-        """Pairs the verifier dropped for a NaN or infinite VM score: a broken model, loudly."""
+    def _report_nonfinite(self, decoded: Decoded, results: list[VerifyResult]) -> None:
+        """Pairs the verifier dropped for a NaN or infinite VM score (each result says how
+        many of its request's): a broken model, loudly."""
+        dropped = sum(r.dropped_nonfinite for r in results)
         if dropped:
-            users = sorted({b.user_id for _, b in decoded})[:10]
+            hit = zip(decoded, results, strict=True)
+            users = sorted({b.user_id for (_, b), r in hit if r.dropped_nonfinite})[:10]
             log.warning(
                 "dropped %d pairs with a non-finite VM score (users %s)",
                 dropped,
