@@ -33,6 +33,7 @@ from streams.engine.steps.expiry import NEWEST, is_dead, lifetimes
 from streams.kafka_clients import partition_for
 from streams.live import metrics
 from streams.live.agents.context import AgentContext, as_current, own_deliveries, user_key
+from streams.live.state import read_table
 from streams.live.table_clocks import PartitionClocks
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class TableSweeper:
         the read and the delete)."""
         partition = self.partition_of(user)
         now = self.clocks.get(self.name, partition)
-        value = self.table.get(user)
+        value = read_table(self.table, user)
         if now is None or value is None:
             return False
         if not is_dead(self.newest(value), now, self.lifetime_ms, self.cfg.table_expiry_grace_ms):

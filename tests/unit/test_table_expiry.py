@@ -154,6 +154,17 @@ def test_the_comparison_catches_a_rule_that_deletes_live_state(
 # --- the live sweep's own rules (a dict stands in for the Faust table) -----------------------
 
 
+class DictTable(dict[int, Any]):
+    """A dict with the two parts of a Faust table that ``read_table`` uses."""
+
+    @property
+    def data(self) -> DictTable:
+        return self
+
+    def on_key_get(self, key: int) -> None:
+        return None
+
+
 def _sweeper(table: dict[int, Any], partitions: int = 4) -> Any:
     from streams.live.table_clocks import PartitionClocks
     from streams.live.table_expiry import TableSweeper
@@ -167,7 +178,7 @@ def test_the_sweep_judges_each_user_by_its_own_partitions_clock() -> None:
 
     cfg = EngineConfig.defaults(DIM)
     dead_at = cfg.pair_ttl_ms + HOUR + 1  # past the lifetime and the grace
-    table: dict[int, Any] = {u: {"pairs": [[1, 0]], "requests": []} for u in range(40)}
+    table = DictTable({u: {"pairs": [[1, 0]], "requests": []} for u in range(40)})
     sweeper = _sweeper(table)
     by_partition: dict[int, list[int]] = {}
     for u in table:
@@ -183,7 +194,7 @@ def test_the_sweep_judges_each_user_by_its_own_partitions_clock() -> None:
 
 
 def test_a_value_saved_since_the_keys_were_listed_is_judged_as_it_is_now() -> None:
-    table: dict[int, Any] = {7: {"pairs": [[1, 0]], "requests": []}}
+    table = DictTable({7: {"pairs": [[1, 0]], "requests": []}})
     sweeper = _sweeper(table)
     now = EngineConfig.defaults(DIM).pair_ttl_ms + 2 * HOUR
     sweeper.clocks.saw("ledger", sweeper.partition_of(7), now)

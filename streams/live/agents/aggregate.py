@@ -23,6 +23,7 @@ from streams.engine.steps.aggregate import aggregate_step
 from streams.live import metrics
 from streams.live.agents.context import AgentContext, as_current
 from streams.live.retry import write_with_retry
+from streams.live.state import read_table
 
 
 def register(ctx: AgentContext) -> None:
@@ -39,7 +40,7 @@ def register(ctx: AgentContext) -> None:
                 clocks.saw("aggregates", event.message.partition, rec.event_time_ms)
         result = aggregate_step(
             [rec.pairs() for _, rec in admitted],
-            lambda user: AGGREGATES.load(table.get(user)),
+            lambda user: AGGREGATES.load(read_table(table, user)),
             aggregator,
             isolate=(Exception,),  # any error of one message's fold costs only that message
         )

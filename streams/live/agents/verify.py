@@ -27,7 +27,12 @@ from streams.engine.steps.verify import LedgerState, VerifyResult, verify_reques
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current, user_key
 from streams.live.offload import MODEL_POOL, in_pool
-from streams.live.state import history_from_table, ledger_from_table, ledger_to_table
+from streams.live.state import (
+    history_from_table,
+    ledger_from_table,
+    ledger_to_table,
+    read_table,
+)
 
 log = logging.getLogger(__name__)
 Decoded = list[tuple[Any, ProposalBatch]]  #: (Faust event, its record), in stream order
@@ -118,9 +123,9 @@ class VerifyAgent:
         state: UserState = {}
         first_ms: dict[int, int] = {}  #: per user, the event time of its first request here
         tables = UserTables(
-            lambda u: ledger_from_table(self.ledger.get(u)),
-            lambda u: history_from_table(self.history.get(u)),
-            lambda u: aggregate_confirmed(self.aggregates.get(u)),
+            lambda u: ledger_from_table(read_table(self.ledger, u)),
+            lambda u: history_from_table(read_table(self.history, u)),
+            lambda u: aggregate_confirmed(read_table(self.aggregates, u)),
         )
         for event in events:
             b = await self.ctx.admitted(event, ProposalBatch)
