@@ -128,9 +128,8 @@ class NanVM(FakeVM):
 def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Nothing valid is lost: the request's other pairs and the other requests are verified.
-    The warning counts the dropped pairs and names the users they were for (the verify step's
-    results say so per request: no counter diffed around the call)."""
+    """Nothing valid is lost: the request's other pairs and the other requests are verified;
+    the warning counts the dropped pairs and names only the users they were for."""
     monkeypatch.setenv("SOLARIS_VERIFIER_TOP_FRACTION", "1.0")  # the VM keeps every pair
     monkeypatch.setattr(test_agents, "EngineModels", lambda fm: EngineModels(fm, vm=NanVM()))
 
