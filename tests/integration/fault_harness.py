@@ -36,7 +36,7 @@ from typing import Any
 from streams.lag import LagReader
 from streams.replay import ReplayStats
 from streams.settings import REPO_ROOT, Settings
-from tests.integration.live_harness import Procs, env_for
+from tests.integration.live_harness import Procs, env_for, written_once
 
 #: the pipeline worker's roles (the stateful group); the FM runs alone with ``embed``
 PIPELINE_AGENTS = "history,speculate,verify,aggregate,neighbours"
@@ -61,16 +61,17 @@ def fault_traffic(path: Path) -> Path:
     """Deterministic synthetic traffic of the tiny bundle's world (30 users, 300 items): about
     400 requests over 2 days, users coming back within minutes (so requests of one user are in
     flight together). Written once; later calls reuse the file."""
-    if not path.exists():
-        from models.data.columns import iter_events
-        from models.data.synthetic import SyntheticConfig, generate
-        from models.data.traffic import write_traffic
+    from models.data.columns import iter_events
+    from models.data.synthetic import SyntheticConfig, generate
+    from models.data.traffic import write_traffic
 
+    def write(tmp: Path) -> None:
         world = generate(SyntheticConfig(n_users=30, n_items=300, days=2.0, k=20, seed=5))
         write_traffic(
-            path, iter_events(world.requests, world.impressions), {"dataset": "synthetic-faults"}
+            tmp, iter_events(world.requests, world.impressions), {"dataset": "synthetic-faults"}
         )
-    return path
+
+    return written_once(path, write)
 
 
 class FaultProcs(Procs):

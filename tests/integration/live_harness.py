@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,8 @@ LIGHT_USERS = 0.35
 
 def small_traffic(path: Path, n_users: int = 12, days: float = 1.0, seed: int = 5) -> Path:
     """Deterministic small synthetic traffic (tens of requests)."""
-    if not path.exists():
+
+    def write(tmp: Path) -> None:
         traffic = generate(
             SyntheticConfig(
                 n_users=n_users,
@@ -60,8 +62,23 @@ def small_traffic(path: Path, n_users: int = 12, days: float = 1.0, seed: int = 
             )
         )
         write_traffic(
-            path, iter_events(traffic.requests, traffic.impressions), {"dataset": "synthetic-test"}
+            tmp, iter_events(traffic.requests, traffic.impressions), {"dataset": "synthetic-test"}
         )
+
+    return written_once(path, write)
+
+
+def written_once(path: Path, write: Callable[[Path], None]) -> Path:
+    """``path``, written by ``write`` only when absent: to a temporary name beside it, then
+    renamed, so test workers running at once (pytest-xdist) never read a half-written file."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return path
 
 

@@ -28,7 +28,12 @@ from tests.integration.fault_harness import (
     fault_pipeline,
     wait_caught_up,
 )
-from tests.integration.live_harness import env_for, live_settings, read_topic_with_partitions
+from tests.integration.live_harness import (
+    env_for,
+    live_settings,
+    read_topic_with_partitions,
+    written_once,
+)
 from tests.integration.redis_instance import RedisInstance
 
 #: wall seconds the replay of the whole test traffic takes (about 10 requests per second)
@@ -293,9 +298,7 @@ def dense_traffic_file() -> Path:
     from models.data.synthetic import SyntheticConfig, generate
     from models.data.traffic import write_traffic
 
-    path = Settings().cache_dir / "test-data" / "faults-redis-v1.avro"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def write(tmp: Path) -> None:
         world = generate(
             SyntheticConfig(
                 n_users=30,
@@ -307,7 +310,6 @@ def dense_traffic_file() -> Path:
                 diurnal_amplitude=0.0,
             )
         )
-        tmp = path.with_suffix(f".{uuid.uuid4().hex[:6]}.tmp")
         write_traffic(tmp, iter_events(world.requests, world.impressions), {"dataset": "faults"})
-        tmp.rename(path)  # atomic: a concurrent run never reads half a file
-    return path
+
+    return written_once(Settings().cache_dir / "test-data" / "faults-redis-v1.avro", write)

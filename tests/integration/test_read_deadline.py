@@ -35,7 +35,7 @@ from streams.engine.config import ENGINE_DEFAULTS
 from streams.settings import REPO_ROOT
 from tests.ports import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 DELAY_S = 0.015
 DEADLINE_MS = 25.0

@@ -50,7 +50,7 @@ from tests.integration.replicated_cluster import (
     wait_replicated,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timing]
 
 T0 = 1_700_000_000_000
 TTL_MS = 600_000

@@ -50,7 +50,7 @@ from tests.integration.replicated_cluster import (
     wait_promoted,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timing]
 
 #: seconds from the kill to an exact pair served again: promotion (~9 s measured at the store
 #: level), the killed node's restart and full sync, and the writers' retry backoff (cap 5 s)
