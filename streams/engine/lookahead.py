@@ -55,11 +55,10 @@ class DecayedCounter:
         self.add(keys[0], event_time_ms)  # t0, rebase and the undo of those, once
         assert self._t0 is not None
         increment = math.exp(self._rate * (event_time_ms - self._t0))
-        undo = self.undo
+        if self.undo is not None:  # a prune below records the whole dict it replaces
+            self.undo.entries(self._score, keys[1:])
         for key in keys[1:]:
             score = self._score
-            if undo is not None:
-                undo.entry(score, key)
             score[key] = score.get(key, 0.0) + increment
             if len(score) > 200_000:
                 self._prune()

@@ -76,6 +76,11 @@ class UserRepresentations:
     def end(self) -> None:
         self._undo = None
 
+    @property
+    def undo(self) -> UndoLog | None:
+        """The log recording changes now (None: none)."""
+        return self._undo
+
     def _touch(self, user_id: int) -> None:
         if self._undo is not None:  # vectors are replaced, never changed in place
             self._undo.entry(self._vec, user_id)

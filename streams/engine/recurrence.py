@@ -66,6 +66,11 @@ class ItemPrior:
         """Stop recording (after the batch's commit or rollback)."""
         self._counts.undo = None
 
+    @property
+    def undo(self) -> UndoLog | None:
+        """The log recording changes now (None: none)."""
+        return self._counts.undo
+
     def observe(self, item_ids: Sequence[int], event_time_ms: int) -> None:
         """Count one request's candidate list (call before verifying that request)."""
         self._counts.add_many(item_ids, event_time_ms)

@@ -43,13 +43,17 @@ class Stages:
     reps: UserRepresentations | None
 
 
+def _held(stages: Stages) -> list[ItemPrior | UserRepresentations]:
+    return [s for s in (stages.prior, stages.reps) if s is not None]
+
+
 @contextmanager
 def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
     """Run one batch of the speculate step so that an exception leaves the in-process state
     (item prior, user representations) as before the batch: the live driver runs a
     failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
     undo = UndoLog()
-    held = [s for s in (stages.prior, stages.reps) if s is not None]
+    held = _held(stages)
     for state in held:
         state.begin(undo)
     try:
@@ -57,6 +61,25 @@ def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
     except BaseException:
         undo.rollback()
         raise
+    finally:
+        for state in held:
+            state.end()
+
+
+@contextmanager
+def recorded(stages: Stages) -> Iterator[UndoLog | None]:
+    """The undo log of the in-process state over one step call, for the step to undo a request
+    it refuses: the driver's batch log when :func:`undone_on_error` opened one, else a log of
+    the call's own (its changes kept at the end). None when no stage holds such state."""
+    held = _held(stages)
+    if not held or held[0].undo is not None:
+        yield held[0].undo if held else None
+        return
+    undo = UndoLog()
+    for state in held:
+        state.begin(undo)
+    try:
+        yield undo
     finally:
         for state in held:
             state.end()

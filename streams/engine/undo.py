@@ -11,22 +11,28 @@ table since) and the representation's moving average all differed from the simul
 with them the verify step's ranking.
 
 The log records a value the first time a batch changes it (and a whole attribute before a
-structure is rebuilt) and restores them newest first, so nested changes unwind in order. It is
-pure bookkeeping: no clock, no I/O.
+structure is rebuilt) and restores them newest first, so nested changes unwind in order. A
+:meth:`~UndoLog.savepoint` starts a request inside the batch: :meth:`~UndoLog.rollback_to` undoes
+that request alone (the speculate step refuses a request it cannot process without keeping
+what it had observed of it). It is pure bookkeeping: no clock, no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 _MISSING = object()
+_ENTRY, _ATTRIBUTE, _ENTRIES = 0, 1, 2
 
 
 class UndoLog:
     """First-touch records of dict entries and attributes; :meth:`rollback` restores them."""
 
     def __init__(self) -> None:
-        self._records: list[tuple[Any, Any, Any, bool]] = []
+        #: (target, key or attribute name or keys, old value(s), kind)
+        self._records: list[tuple[Any, Any, Any, int]] = []
         self._touched: set[tuple[int, Any]] = set()
 
     def __len__(self) -> int:
@@ -42,24 +48,54 @@ class UndoLog:
         old = mapping.get(key, _MISSING)
         if copy is not None and old is not _MISSING:
             old = copy(old)
-        self._records.append((mapping, key, old, False))
+        self._records.append((mapping, key, old, _ENTRY))
+
+    def entries(self, mapping: dict[Any, Any], keys: Sequence[Any]) -> None:
+        """Remember ``mapping``'s values (replaced, not changed in place) of ``keys`` before a
+        change of each: one record for a request's candidate list. Not deduplicated against
+        earlier records (restoring newest first makes repeats harmless), so it costs no
+        per-key Python: ~1 µs for 50 keys where one :meth:`entry` each took ~15 µs."""
+        keys = tuple(keys)
+        self._records.append(
+            (mapping, keys, list(map(mapping.get, keys, repeat(_MISSING))), _ENTRIES)
+        )
 
     def attribute(self, owner: object, name: str) -> None:
         """Remember ``owner.name`` before it is replaced (e.g. a dict rebuilt by a prune)."""
-        self._records.append((owner, name, getattr(owner, name), True))
+        self._records.append((owner, name, getattr(owner, name), _ATTRIBUTE))
+
+    def savepoint(self) -> int:
+        """Mark the state as of now for :meth:`rollback_to`. Values are then recorded again at
+        their next first change (a value first changed before the mark may change after it)."""
+        self._touched.clear()
+        return len(self._records)
+
+    def rollback_to(self, mark: int) -> None:
+        """Restore what changed since ``savepoint()`` returned ``mark``; older records stay, so
+        :meth:`rollback` still restores the state before the batch."""
+        for target, key, old, kind in reversed(self._records[mark:]):
+            if kind == _ATTRIBUTE:
+                setattr(target, key, old)
+            elif kind == _ENTRY:
+                _restore(target, key, old)
+            else:
+                for one, value in zip(reversed(key), reversed(old), strict=True):
+                    _restore(target, one, value)
+        del self._records[mark:]
+        self._touched.clear()
 
     def rollback(self) -> None:
         """Restore every recorded value, newest record first; the log is then empty."""
-        for target, key, old, is_attribute in reversed(self._records):
-            if is_attribute:
-                setattr(target, key, old)
-            elif old is _MISSING:
-                target.pop(key, None)
-            else:
-                target[key] = old
-        self.clear()
+        self.rollback_to(0)
 
     def clear(self) -> None:
         """Forget the records (the batch's changes stay)."""
         self._records.clear()
         self._touched.clear()
+
+
+def _restore(mapping: dict[Any, Any], key: Any, old: Any) -> None:
+    if old is _MISSING:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = old

@@ -57,6 +57,24 @@ def test_rollback_restores_changed_added_and_deleted_entries_and_attributes() ->
     assert len(undo) == 0
 
 
+def test_rollback_to_a_savepoint_undoes_only_what_came_after_it() -> None:
+    """A request refused inside a batch: its changes go, the batch's earlier ones stay, and the
+    whole batch still rolls back to its start (entries changed before and after the mark)."""
+    mapping = {1: "a"}
+    undo = UndoLog()
+    undo.entry(mapping, 1)
+    mapping[1] = "b"
+    mark = undo.savepoint()
+    undo.entry(mapping, 1)  # recorded again after the mark: "b" is what the request found
+    mapping[1] = "c"
+    undo.entry(mapping, 2)
+    mapping[2] = "new"
+    undo.rollback_to(mark)
+    assert mapping == {1: "b"} and len(undo) == mark
+    undo.rollback()
+    assert mapping == {1: "a"}
+
+
 def test_a_decayed_counter_rolls_back_across_a_rebase_and_a_prune() -> None:
     counter = DecayedCounter(half_life_ms=1)
     counter.add(1, T0)

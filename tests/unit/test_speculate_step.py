@@ -4,6 +4,7 @@ alone and persisting nothing."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from schemas.records import RequestEvent
 from streams.engine.errors import StepError
 from streams.engine.recurrence import EMPTY_MEMORY, PairMemory
-from streams.engine.stages import Stages
+from streams.engine.stages import Stages, undone_on_error
 from streams.engine.steps import speculate as speculate_steps
 from streams.engine.steps.speculate import (
     SavedRep,
@@ -133,3 +134,35 @@ def test_an_error_outside_isolate_propagates(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(speculate_steps, "request_step", failing)
     with pytest.raises(RuntimeError, match="a bug"):
         speculate_step(_requests(), Stored().inputs(), _stages(), HORIZON_MS)
+
+
+@pytest.mark.parametrize("in_batch_log", [False, True], ids=["simulator", "live"])
+def test_a_request_refused_after_feeding_the_process_state_leaves_none_of_it(
+    in_batch_log: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poisoned request fails after it fed the item prior and its user's representation:
+    both are as in a run without it (so are the later proposals ranked by them), with the
+    live driver's batch log open or not."""
+    requests = _requests()
+    poisoned = 7
+    real = speculate_steps.observe_representation
+
+    def failing(reps: Any, rec: RequestEvent, *args: Any) -> Any:
+        out = real(reps, rec, *args)
+        if rec.request_id == requests[poisoned].request_id:
+            raise StepError("fails once the state has seen the request")
+        return out
+
+    clean, clean_stored = _stages(), Stored()
+    want = speculate_step(
+        requests[:poisoned] + requests[poisoned + 1 :], clean_stored.inputs(), clean, HORIZON_MS
+    )
+    clean_stored.save(want)
+    monkeypatch.setattr(speculate_steps, "observe_representation", failing)
+    stages, stored = _stages(), Stored()
+    with undone_on_error(stages) if in_batch_log else contextlib.nullcontext():
+        got = speculate_step(requests, stored.inputs(), stages, HORIZON_MS)
+    stored.save(got)
+    assert [i for i, _ in got.refused] == [poisoned]
+    assert got.proposals == [(i if i < poisoned else i + 1, b) for i, b in want.proposals]
+    assert _state(stages, stored.memories) == _state(clean, clean_stored.memories)

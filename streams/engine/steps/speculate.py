@@ -24,7 +24,7 @@ from streams.engine.history import Entry
 from streams.engine.ledger import Confirmed
 from streams.engine.neighbours import UserRepresentations
 from streams.engine.recurrence import PairMemory
-from streams.engine.stages import Stages
+from streams.engine.stages import Stages, recorded
 from streams.engine.steps.history import recent_positive_items
 
 
@@ -255,29 +255,34 @@ def speculate_step(
     """Speculate every request of the batch in order (:func:`request_step` each), the user's
     representation and pair memory carried from one of its requests to the next.
 
-    A request raising one of ``isolate`` is refused alone and persists nothing; the item prior
-    and the representations (process state, undone by the driver's
-    :func:`~streams.engine.stages.undone_on_error` when a whole batch fails) may keep what it
-    observed before the error. The simulator isolates only :class:`StepError`; the live agent
-    isolates any error of one request (a poison message costs only itself)."""
+    A request raising one of ``isolate`` is refused alone and changes nothing: no stored state,
+    and what it had fed the item prior and the representations (process state) is undone
+    (:func:`~streams.engine.stages.recorded`; the driver's
+    :func:`~streams.engine.stages.undone_on_error` undoes a whole failed batch). The simulator
+    isolates only :class:`StepError`; the live agent isolates any error of one request (a
+    poison message costs only itself)."""
     result = SpeculateResult()
     users = _BatchUsers(inputs, result)
-    for index, rec in enumerate(requests):
-        user = rec.user_id
-        try:
-            out = request_step(
-                rec,
-                users.get("ledger", user),
-                functools.partial(users.get, "confirmed", user),
-                users.get("entries", user),
-                users.stored(user),
-                stages,
-                horizon_ms,
-            )
-        except isolate as exc:
-            result.refused.append((index, exc))
-            continue
-        _record(result, index, user, out)
+    with recorded(stages) as undo:
+        for index, rec in enumerate(requests):
+            user = rec.user_id
+            mark = undo.savepoint() if undo is not None else 0
+            try:
+                out = request_step(
+                    rec,
+                    users.get("ledger", user),
+                    functools.partial(users.get, "confirmed", user),
+                    users.get("entries", user),
+                    users.stored(user),
+                    stages,
+                    horizon_ms,
+                )
+            except isolate as exc:
+                if undo is not None:
+                    undo.rollback_to(mark)
+                result.refused.append((index, exc))
+                continue
+            _record(result, index, user, out)
     return result
 
 
