@@ -25,8 +25,8 @@ demo: setup  ## the main job end to end (DATASET=synthetic|movielens|taobao, DAT
 	@$(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
 
 test: setup lint  ## lint, all tests on Python 3.11 (unit + integration on a real Kafka and Redis started for the run), then the unit suite on 3.12 and 3.13
-	@SOLARIS_REQUIRE_SERVICES=1 SOLARIS_TEST_WORKERS=$(TEST_WORKERS) \
-		bash infra/with-services.sh bash infra/test-run.sh $(PY) $(PYTEST_ARGS)
+	@SOLARIS_REQUIRE_SERVICES=1 \
+		bash infra/with-services.sh bash infra/test-run.sh $(TEST_WORKERS) $(PY) $(PYTEST_ARGS)
 	@bash infra/test-pythons.sh -- -q $(XDIST) $(PYTEST_ARGS)
 
 test-pythons:  ## the unit suite on Python 3.12 and 3.13 (own venvs from the same lock; 3.13 built from source if absent)

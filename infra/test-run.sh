@@ -7,12 +7,12 @@
 # broker or Redis starts once). Tests marked `timing` assert wall-clock bounds of a few ms (read
 # deadlines, failover bounds); beside other test processes a loaded machine breaks them (seen:
 # a fresh reader's connections to a delay proxy not open in time), so they run on their own.
-# Usage: bash infra/test-run.sh PYTHON [PYTEST_ARGS...]; SOLARIS_TEST_WORKERS (default 3; 0 =
-# everything in one process).
+# Usage: bash infra/test-run.sh WORKERS PYTHON [PYTEST_ARGS...]; WORKERS 0 = everything in one
+# process. (Not an environment variable: Settings refuses unknown SOLARIS_* ones.)
 set -euo pipefail
 
-py=$1; shift
-workers=${SOLARIS_TEST_WORKERS:-3}
+workers=$1 py=$2
+shift 2
 if [ "$workers" = 0 ]; then
   exec "$py" -m pytest -p no:xdist "$@"
 fi
