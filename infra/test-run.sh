@@ -16,9 +16,10 @@ shift 2
 if [ "$workers" = 0 ]; then
   exec "$py" -m pytest -p no:xdist "$@"
 fi
-"$py" -m pytest -n "$workers" --dist loadfile -m "not timing" "$@"
-# exit code 5: PYTEST_ARGS chose no `timing` test (e.g. one unit test file), not a failure
-rc=0
-"$py" -m pytest -p no:xdist -m timing "$@" || rc=$?
-[ "$rc" = 5 ] && rc=0
-exit "$rc"
+rc=0 timing_rc=0
+"$py" -m pytest -n "$workers" --dist loadfile -m "not timing" "$@" || rc=$?
+"$py" -m pytest -p no:xdist -m timing "$@" || timing_rc=$?
+# exit code 5 there: PYTEST_ARGS chose no `timing` test (e.g. one unit test file), not a failure
+[ "$timing_rc" = 5 ] && timing_rc=0
+[ "$rc" != 0 ] && exit "$rc"
+exit "$timing_rc"
