@@ -10,7 +10,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+
+import numpy as np
 
 from streams.engine.undo import UndoLog
 
@@ -72,6 +75,11 @@ class DecayedCounter:
     def value(self, key: int) -> float:
         """Current (relative) score of ``key``; 0 when never seen."""
         return self._score.get(key, 0.0)
+
+    def values(self, keys: Sequence[int]) -> np.ndarray:
+        """:meth:`value` of each key, float64 ``[n]``, in one C-level pass over the keys (a
+        NumPy integer key finds the same entry: it hashes and compares as the Python int)."""
+        return np.fromiter(map(self._score.get, keys, repeat(0.0)), np.float64, len(keys))
 
     def top(self, n: int, exclude: set[int] | None = None) -> list[int]:
         exclude = exclude or set()

@@ -77,7 +77,7 @@ class ItemPrior:
 
     def raw_counts(self, item_ids: Sequence[int]) -> np.ndarray:
         """The item prior's decayed count of each item, float64 ``[n]`` (not normalised)."""
-        return np.array([self._counts.value(int(i)) for i in item_ids], np.float64)
+        return self._counts.values(item_ids)
 
     def scores(self, item_ids: Sequence[int]) -> np.ndarray:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""

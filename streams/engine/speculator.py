@@ -68,21 +68,42 @@ class Speculator:
         """Proposals for ``request`` given the user's embedding ledger, the embeddings that came
         back (``confirmed``, loaded only if a mark is past the in-flight timeout) and recent
         engagements."""
+        items, strategies = self.choose(request, ledger, confirmed, recent_positive_items)
+        t = request.event_time_ms
+        return [
+            PairProposal(request.request_id, request.user_id, item, t, strategy, None)
+            for item, strategy in zip(items, strategies, strict=True)
+        ]
+
+    def choose(
+        self,
+        request: RequestEvent,
+        ledger: dict[int, int],
+        confirmed: Confirmed,
+        recent_positive_items: Sequence[int] = (),
+    ) -> tuple[list[int], list[str]]:
+        """:meth:`propose`'s items and their strategies, in order, without a proposal object
+        per pair (what the speculate step sends is one batch per request)."""
         cfg = self.config
         t = request.event_time_ms
         self.stats.requests += 1
-        chosen: list[tuple[int, str]] = []
+        items: list[int] = []
+        strategies: list[str] = []
         seen: set[int] = set()
 
-        def offer(items: Sequence[int], strategy: str) -> None:
-            for item in items:
+        def offer(candidates: Sequence[int], strategy: str) -> None:
+            for item in candidates:
                 if item in seen:
                     continue
                 seen.add(item)
-                if is_fresh(ledger, item, t, cfg.refresh_after_ms, cfg.in_flight_ms, confirmed):
+                # most items have no ledger mark: only those need the freshness rule
+                if item in ledger and is_fresh(
+                    ledger, item, t, cfg.refresh_after_ms, cfg.in_flight_ms, confirmed
+                ):
                     self.stats.skipped_fresh += 1
                     continue
-                chosen.append((item, strategy))
+                items.append(item)
+                strategies.append(strategy)
 
         if "candidates" in cfg.strategies:
             offer(request.candidates, "candidates")
@@ -91,11 +112,8 @@ class Speculator:
                 self.lookahead.propose(list(recent_positive_items), cfg.lookahead_items, seen),
                 "lookahead",
             )
-        if cfg.budget and len(chosen) > cfg.budget:
-            self.stats.over_budget += len(chosen) - cfg.budget
-            chosen = chosen[: cfg.budget]
-        self.stats.proposed += len(chosen)
-        return [
-            PairProposal(request.request_id, request.user_id, item, t, strategy, None)
-            for item, strategy in chosen
-        ]
+        if cfg.budget and len(items) > cfg.budget:
+            self.stats.over_budget += len(items) - cfg.budget
+            del items[cfg.budget :], strategies[cfg.budget :]
+        self.stats.proposed += len(items)
+        return items, strategies

@@ -64,6 +64,30 @@ def test_lookahead_proposes_covisited_then_trending() -> None:
     ]
 
 
+def test_choose_is_what_propose_proposes_without_the_objects() -> None:
+    """The speculate step's path (items and strategies) and the proposals' agree, fresh skips,
+    in-flight marks past the timeout and the budget included."""
+    cfg = replace(ENGINE_DEFAULTS.speculator, budget=4, refresh_after_ms=H, in_flight_ms=60_000)
+    ledger = {10: T0 - 10, 12: T0 - 120_000, 14: T0 - 2 * H}  # fresh, in flight too long, stale
+    cands = (10, 11, 12, 10, 13, 14, 15, 16)
+    a, b = Speculator(cfg), Speculator(cfg)
+    items, strategies = a.choose(req(cands), ledger, frozenset)
+    out = b.propose(req(cands), ledger, frozenset)
+    assert items == [p.item_id for p in out] == [11, 12, 13, 14]
+    assert strategies == [p.strategy for p in out]
+    assert a.stats == b.stats and a.stats.skipped_fresh == 1 and a.stats.over_budget == 2
+
+
+def test_decayed_counter_values_are_each_keys_value() -> None:
+    c = DecayedCounter(half_life_ms=H)
+    c.add_many([3, 4, 3], T0)
+    c.add(5, T0 + H)
+    keys = [3, 4, 5, 6]
+    want = [c.value(k) for k in keys]
+    assert c.values(keys).tolist() == want == c.values(np.array(keys, np.int64)).tolist()
+    assert want[0] == 2 * want[1] and want[3] == 0.0
+
+
 def test_decayed_counter_survives_long_spans() -> None:
     c = DecayedCounter(half_life_ms=H)
     c.add(1, T0)

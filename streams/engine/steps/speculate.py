@@ -45,15 +45,17 @@ def speculate(
     attaches each proposal's inputs as of this request (the verify step ranks by them, so it
     never reads the prior: a pure function of the message and the ledger).
     """
-    proposals = stages.speculator.propose(rec, ledger, confirmed, recent_positive_items(entries))
+    chosen, strategies = stages.speculator.choose(
+        rec, ledger, confirmed, recent_positive_items(entries)
+    )
     prior, t = stages.prior, rec.event_time_ms
     if prior is not None:
         prior.observe(rec.candidates, t)
     if memory is not None:
         memory = memory.remember(rec.request_id, rec.candidates, t)
-    if not proposals:
+    if not chosen:
         return None, memory
-    items = tuple(p.item_id for p in proposals)
+    items = tuple(chosen)
     prior_counts: tuple[float, ...] = ()
     pair_counts: tuple[int, ...] = ()
     if prior is not None or memory is not None:  # as of this request, its own list counted
@@ -61,14 +63,14 @@ def speculate(
         prior_counts = tuple((zeros if prior is None else prior.raw_counts(items)).tolist())
         window = stages.pair_memory_ms
         pairs = zeros if memory is None or window is None else memory.pair_counts(items, t, window)
-        pair_counts = tuple(int(c) for c in pairs)
+        pair_counts = tuple(pairs.astype(np.int64).tolist())
     batch = ProposalBatch(
         rec.request_id,
         rec.user_id,
         t,
         len(rec.candidates),
         items,
-        tuple(p.strategy for p in proposals),
+        tuple(strategies),
         prior_counts=prior_counts,
         pair_counts=pair_counts,
     )
