@@ -48,22 +48,29 @@ def _held(stages: Stages) -> list[ItemPrior | UserRepresentations]:
 
 
 @contextmanager
-def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
-    """Run one batch of the speculate step so that an exception leaves the in-process state
-    (item prior, user representations) as before the batch: the live driver runs a
-    failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
+def _recording(held: list[ItemPrior | UserRepresentations]) -> Iterator[UndoLog]:
+    """A fresh log recording every change of ``held`` until the block ends."""
     undo = UndoLog()
-    held = _held(stages)
     for state in held:
         state.begin(undo)
     try:
         yield undo
-    except BaseException:
-        undo.rollback()
-        raise
     finally:
         for state in held:
             state.end()
+
+
+@contextmanager
+def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
+    """Run one batch of the speculate step so that an exception leaves the in-process state
+    (item prior, user representations) as before the batch: the live driver runs a
+    failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
+    with _recording(_held(stages)) as undo:
+        try:
+            yield undo
+        except BaseException:
+            undo.rollback()
+            raise
 
 
 @contextmanager
@@ -72,17 +79,12 @@ def recorded(stages: Stages) -> Iterator[UndoLog | None]:
     it refuses: the driver's batch log when :func:`undone_on_error` opened one, else a log of
     the call's own (its changes kept at the end). None when no stage holds such state."""
     held = _held(stages)
-    if not held or held[0].undo is not None:
-        yield held[0].undo if held else None
+    outer = held[0].undo if held else None
+    if not held or outer is not None:
+        yield outer
         return
-    undo = UndoLog()
-    for state in held:
-        state.begin(undo)
-    try:
+    with _recording(held) as undo:
         yield undo
-    finally:
-        for state in held:
-            state.end()
 
 
 def build_stages(
