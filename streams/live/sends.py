@@ -15,8 +15,9 @@ What stays the same:
   committed), as they did with Faust's futures;
 - the record timestamp: the event time.
 
-Delivery reports are served by a daemon thread polling the producer; a report settles its
-future on the event loop. A full local queue makes :meth:`LibrdkafkaSender.send` wait
+Delivery reports are served by a daemon thread polling the producer; the reports of one poll
+settle their futures with one wake-up of the event loop (one per message was a write to the
+loop's self-pipe and a callback each, ~7 % of a core at 2,400 events/s, holding the GIL). A full local queue makes :meth:`LibrdkafkaSender.send` wait
 (backpressure) instead of failing. At exit the producer is flushed.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import logging
 import threading
@@ -43,6 +45,10 @@ QUEUE_FULL_WAIT_S = 0.005
 POLL_S = 0.05
 #: seconds close() waits for messages still queued
 FLUSH_S = 10.0
+
+
+#: one delivery report: the loop waiting on it, its future, the broker's error, the topic
+_Report = tuple[asyncio.AbstractEventLoop, asyncio.Future[None], KafkaError | None, str]
 
 
 class DeliveryFailed(RuntimeError):
@@ -91,6 +97,8 @@ class LibrdkafkaSender:
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        #: (loop, future, error, topic) of the reports served but not yet handed to their loop
+        self._reports: collections.deque[_Report] = collections.deque()
 
     def _started(self) -> Producer:
         """The producer and its delivery thread, started at the first send."""
@@ -107,7 +115,19 @@ class LibrdkafkaSender:
 
     def _serve_reports(self, producer: Producer) -> None:
         while not self._closed.is_set():
-            producer.poll(POLL_S)
+            producer.poll(POLL_S)  # serves every report already in: a produce request's batch
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Settle the reports served so far, with one wake-up of each loop that waits on them."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Report]] = {}
+        reports = self._reports
+        while reports:  # popleft is atomic: close() may hand over while the thread still runs
+            report = reports.popleft()
+            by_loop.setdefault(report[0], []).append(report)
+        for loop, batch in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle_all, batch)
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
@@ -117,9 +137,10 @@ class LibrdkafkaSender:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
+        reports = self._reports
+
         def report(err: KafkaError | None, _msg: Any) -> None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle, done, err, name)
+            reports.append((loop, done, err, name))  # settled at the poll's hand-over
 
         timestamp = 0 if timestamp_ms is None else int(timestamp_ms)  # 0: librdkafka's "now"
         while True:
@@ -142,17 +163,20 @@ class LibrdkafkaSender:
             self._thread.join(timeout=POLL_S * 10)
         if self._producer is not None:
             left = self._producer.flush(FLUSH_S)
+            self._hand_over()
             if left:
                 log.warning("%d messages not delivered at close", left, extra={"messages": left})
 
 
-def _settle(done: asyncio.Future[None], err: KafkaError | None, topic: str) -> None:
-    if done.done():
-        return
-    if err is None:
-        done.set_result(None)
-    else:
-        done.set_exception(DeliveryFailed(f"delivery to {topic} failed: {err}"))
+def _settle_all(reports: list[_Report]) -> None:
+    """On the loop: each report's future done, or failed with the broker's error."""
+    for _loop, done, err, topic in reports:
+        if done.done():
+            continue
+        if err is None:
+            done.set_result(None)
+        else:
+            done.set_exception(DeliveryFailed(f"delivery to {topic} failed: {err}"))
 
 
 def sender_for(settings: Settings, topics: dict[str, Any]) -> Sender:
