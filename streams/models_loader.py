@@ -22,19 +22,25 @@ class BundleItemVectors:
     def __init__(self, path: Path) -> None:
         with np.load(path, allow_pickle=False) as z:
             self.ids = z["ids"].astype(np.int64)
-            self.table = z["vectors"].astype(np.float32)
-        self.dim = int(self.table.shape[1])
+            vectors = z["vectors"].astype(np.float32)
+        self.dim = int(vectors.shape[1])
+        # one zero row after the last: an unknown id's index points there, so a lookup is one
+        # gather (``take``) with no mask assignment (it runs for every request's candidates)
+        self._padded = np.vstack([vectors, np.zeros((1, self.dim), np.float32)])
+        self.table = self._padded[:-1]
         self.mean = (
             self.table.mean(axis=0) if len(self.table) else np.zeros(self.dim, np.float32)
         ).astype(np.float32)
 
     def lookup(self, item_ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(item_ids, np.int64)
+        n = len(self.ids)
+        if not n:
+            return np.zeros((len(ids), self.dim), np.float32)
         pos = np.searchsorted(self.ids, ids)
-        pos = np.clip(pos, 0, max(len(self.ids) - 1, 0))
-        found = (self.ids[pos] == ids) if len(self.ids) else np.zeros(len(ids), bool)
-        out = np.zeros((len(ids), self.dim), np.float32)
-        out[found] = self.table[pos[found]]
+        np.minimum(pos, n - 1, out=pos)
+        pos[self.ids[pos] != ids] = n  # the zero row
+        out: np.ndarray = self._padded.take(pos, axis=0)
         return out
 
 
