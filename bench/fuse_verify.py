@@ -16,8 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.common import BenchResult, machine_info, ratio, redis_version
-from bench.live import PIPELINE_ROLES, LiveRun
-from bench.pipeline import DAY_MS, GROUP_TOPICS, LagSeries, PipelineConfig, cpu_meter, paced_step
+from bench.live import LiveRun
+from bench.pipeline import (
+    DAY_MS,
+    GROUP_TOPICS,
+    LagSeries,
+    PipelineConfig,
+    cpu_meter,
+    paced_step,
+    start_pipelines,
+    wait_pipelines_split,
+)
 from bench.workload import live_workload
 from streams.settings import Settings
 
@@ -30,6 +39,8 @@ class FuseConfig:
     rates: tuple[float, ...] = (400.0, 800.0, 1600.0)
     step_s: float = 20.0
     rounds: int = 2
+    #: stateful pipeline worker processes (each owns some of the partitions; 1 FM worker)
+    pipeline_workers: int = 1
 
     @classmethod
     def smoke(cls) -> FuseConfig:
@@ -46,8 +57,9 @@ def _one_mode(
 def paced_deployment(
     settings: Settings, bundle: Any, traffic: Any, cfg: FuseConfig, env: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """The paced steps of one fresh deployment (pipeline + FM worker) with ``env`` (every
-    rate of ``cfg``, lowest first); the last step carries the deployment's counters."""
+    """The paced steps of one fresh deployment (``cfg.pipeline_workers`` pipeline workers + one
+    FM worker) with ``env`` (every rate of ``cfg``, lowest first); the last step carries the
+    deployment's counters."""
     from models.data.traffic import read_traffic
 
     env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS), **env}
@@ -55,9 +67,11 @@ def paced_deployment(
     step_cfg = PipelineConfig(step_s=cfg.step_s)
     steps = []
     with LiveRun(settings, bundle, log_dir, env) as run:
-        run.start("pipeline", PIPELINE_ROLES)
+        start_pipelines(run, cfg.pipeline_workers)
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
+        if cfg.pipeline_workers > 1:
+            wait_pipelines_split(run, cfg.pipeline_workers, timeout_s=180.0)
         cpu = cpu_meter(run)
         events = iter(read_traffic(traffic))
         with LagSeries(run) as lags:

@@ -21,20 +21,29 @@ from streams.settings import Settings
 
 
 def run(
-    rates: tuple[float, ...], step_s: float, env: dict[str, str], smoke: bool = False
+    rates: tuple[float, ...],
+    step_s: float,
+    env: dict[str, str],
+    smoke: bool = False,
+    pipeline_workers: int = 1,
 ) -> dict[str, Any]:
     """The steps of one deployment at ``rates`` with this checkout's code and the workers'
-    extra environment ``env`` (e.g. a setting to compare)."""
+    extra environment ``env`` (e.g. a setting to compare), with ``pipeline_workers`` pipeline
+    worker processes (their CPU summed as ``pipeline``)."""
     settings = Settings()
     traffic, bundle = live_workload(settings, smoke)
-    steps = paced_deployment(settings, bundle, traffic, FuseConfig(rates, step_s, 1), env)
+    cfg = FuseConfig(rates, step_s, 1, pipeline_workers)
+    steps = paced_deployment(settings, bundle, traffic, cfg, env)
     made = provenance()  # the checkout whose code the workers ran, and whether it was dirty
     label = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    if pipeline_workers > 1:
+        label = f"{label} pipeline_workers={pipeline_workers}".strip()
     return {
         "commit": str(made["commit"])[:7],
         "provenance": made,
         "env": env,
         "label": label,
+        "pipeline_workers": pipeline_workers,
         "machine": machine_info({}),
         "steps": steps,
     }
@@ -63,6 +72,9 @@ def main() -> None:
     parser.add_argument(
         "--env", action="append", default=[], help="KEY=VALUE for the workers (repeatable)"
     )
+    parser.add_argument(
+        "--pipeline-workers", type=int, default=1, help="pipeline worker processes (1 FM worker)"
+    )
     parser.add_argument("--compare", type=Path, nargs="+", help="runs to compare (no run)")
     args = parser.parse_args()
     if args.compare:
@@ -70,7 +82,8 @@ def main() -> None:
         print(json.dumps(compare(runs), indent=1))
         return
     env = dict(kv.split("=", 1) for kv in args.env)
-    result = run(tuple(float(r) for r in args.rates.split(",")), args.step_s, env)
+    rates = tuple(float(r) for r in args.rates.split(","))
+    result = run(rates, args.step_s, env, pipeline_workers=args.pipeline_workers)
     text = json.dumps(result, indent=1)
     if args.json:
         args.json.write_text(text)
