@@ -22,6 +22,7 @@ from bench.pipeline import (
     GROUP_TOPICS,
     LagSeries,
     PipelineConfig,
+    burst_step,
     cpu_meter,
     paced_step,
     start_pipelines,
@@ -41,6 +42,8 @@ class FuseConfig:
     rounds: int = 2
     #: stateful pipeline worker processes (each owns some of the partitions; 1 FM worker)
     pipeline_workers: int = 1
+    #: events of a final unpaced step (0: none): capacity and CPU per event processed
+    burst_events: int = 0
 
     @classmethod
     def smoke(cls) -> FuseConfig:
@@ -79,6 +82,8 @@ def paced_deployment(
                 step = paced_step(run, lags, events, rate, step_cfg, cpu)
                 step.pop("lag_series")
                 steps.append(step)
+        if cfg.burst_events:
+            steps.append(burst_step(run, events, cfg.burst_events, cpu, timeout_s=600.0))
         time.sleep(1.5)  # workers flush the shared counters about once a second
         # over the whole deployment (both modes must have verified and embedded pairs)
         steps[-1]["counters"] = {f: run.counter(f) for f in ("verified", "embedded")}

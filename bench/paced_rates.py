@@ -26,13 +26,14 @@ def run(
     env: dict[str, str],
     smoke: bool = False,
     pipeline_workers: int = 1,
+    burst_events: int = 0,
 ) -> dict[str, Any]:
     """The steps of one deployment at ``rates`` with this checkout's code and the workers'
     extra environment ``env`` (e.g. a setting to compare), with ``pipeline_workers`` pipeline
-    worker processes (their CPU summed as ``pipeline``)."""
+    worker processes (their CPU summed as ``pipeline``), then ``burst_events`` unpaced."""
     settings = Settings()
     traffic, bundle = live_workload(settings, smoke)
-    cfg = FuseConfig(rates, step_s, 1, pipeline_workers)
+    cfg = FuseConfig(rates, step_s, 1, pipeline_workers, burst_events)
     steps = paced_deployment(settings, bundle, traffic, cfg, env)
     made = provenance()  # the checkout whose code the workers ran, and whether it was dirty
     label = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
@@ -60,7 +61,7 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for (name, rate), cpu in median_cpu(steps).items():
         if cpu:
-            out.setdefault(name, {})[f"{rate:.0f}"] = cpu
+            out.setdefault(name, {})[f"{rate:.0f}" if rate else "burst"] = cpu
     return out
 
 
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument(
         "--pipeline-workers", type=int, default=1, help="pipeline worker processes (1 FM worker)"
     )
+    parser.add_argument(
+        "--burst", type=int, default=0, help="then this many events unpaced, timed to drained"
+    )
     parser.add_argument("--compare", type=Path, nargs="+", help="runs to compare (no run)")
     args = parser.parse_args()
     if args.compare:
@@ -82,8 +86,10 @@ def main() -> None:
         print(json.dumps(compare(runs), indent=1))
         return
     env = dict(kv.split("=", 1) for kv in args.env)
-    rates = tuple(float(r) for r in args.rates.split(","))
-    result = run(rates, args.step_s, env, pipeline_workers=args.pipeline_workers)
+    rates = tuple(float(r) for r in args.rates.split(",") if r)
+    result = run(
+        rates, args.step_s, env, pipeline_workers=args.pipeline_workers, burst_events=args.burst
+    )
     text = json.dumps(result, indent=1)
     if args.json:
         args.json.write_text(text)

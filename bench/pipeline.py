@@ -178,6 +178,31 @@ def paced_step(
     }
 
 
+def burst_step(
+    run: LiveRun, events: Iterator[Event], count: int, cpu: CpuMeter, timeout_s: float
+) -> dict[str, Any]:
+    """``count`` events sent as fast as the producer goes, timed until every group committed
+    everything: the workers' capacity with full batches, and the CPU per event *processed*
+    (a paced step past saturation gives CPU per event offered and a noisy lag slope instead).
+    ``target_events_per_s`` is 0: the step has no pace."""
+    start = time.perf_counter()
+    cpu_before = cpu.read()
+    stats = replay_events(run.settings, itertools.islice(events, count))
+    drained = drain_seconds(run, timeout_s)
+    cpu_after = cpu.read()
+    run.children.check()
+    seconds = None if drained is None else time.perf_counter() - start
+    return {
+        "target_events_per_s": 0.0,
+        "burst": True,
+        "events": stats.messages,
+        "seconds": seconds,  # None: not drained within the timeout
+        "achieved_events_per_s": stats.messages / seconds if seconds else 0.0,
+        "kept_up": seconds is not None,
+        "cpu_us_per_event": CpuMeter.per_event_us(cpu_before, cpu_after, stats.messages),
+    }
+
+
 def drain_seconds(run: LiveRun, timeout_s: float) -> float | None:
     """Seconds until every group consumed everything (None on timeout)."""
     reader = LagReader(run.settings)
