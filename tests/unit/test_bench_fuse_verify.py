@@ -68,3 +68,15 @@ def test_paced_rates_compare_is_the_median_per_run_name_and_rate() -> None:
         [run_of("abc1234", "", 900), run_of("abc1234", "", 1100), run_of("abc1234", "X=1", 500)]
     )
     assert got["abc1234"]["400"]["total"] == 1000 and got["abc1234 X=1"]["400"]["pipeline"] == 250
+
+
+def test_paced_rates_compare_names_the_unpaced_step_burst() -> None:
+    from bench.paced_rates import compare
+
+    paced = step("", 800, 0, 1500, 900)
+    burst = {**step("", 0, 0, 1000, 600), "burst": True}
+    for s in (paced, burst):
+        s.pop("mode")
+    got = compare([{"commit": "abc1234", "label": "", "steps": [paced, burst]}])
+    assert set(got["abc1234"]) == {"800", "burst"}
+    assert got["abc1234"]["burst"]["pipeline"] == 600
