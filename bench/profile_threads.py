@@ -11,8 +11,10 @@ the share of one core that was not waiting (epoll, locks, queues, sleeps), and f
 loop thread, that share split by what the engine does (:data:`GROUPS`; the first group whose
 frame appears anywhere in a sample's stack gets it).
 
-A thread blocked inside a C call (librdkafka's ``poll``) looks busy to py-spy: read its figure
-with that in mind.
+A thread blocked inside a C call (librdkafka's ``poll``, a socket read in hiredis, a wait in
+ONNX Runtime) looks busy here: only Python leaf frames tell waiting from working. The event
+loop's figure is the one to trust (its waits are in ``epoll``); for how much of it held the
+GIL, record a second time with ``--gil`` and compare.
 """
 
 from __future__ import annotations
@@ -100,7 +102,13 @@ def group_of(stack: list[str]) -> str:
     return "other"
 
 
-def summarise(doc: dict[str, Any], window: Window, loop_thread: str = '""') -> dict[str, Any]:
+#: how py-spy names a process's main thread (the event loop's), by version: "" or "MainThread"
+LOOP_THREAD_NAMES = ('""', '"MainThread"')
+
+
+def summarise(
+    doc: dict[str, Any], window: Window, loop_threads: tuple[str, ...] = LOOP_THREAD_NAMES
+) -> dict[str, Any]:
     """Busy share of one core per thread, and the event loop thread's split by group (both in
     % of one core over ``window``)."""
     names = frame_names(doc)
@@ -110,7 +118,7 @@ def summarise(doc: dict[str, Any], window: Window, loop_thread: str = '""') -> d
         stacks = [[names[i] for i in s] for s in window.of(profile["samples"])]
         working = [s for s in stacks if not is_idle(s)]
         busy[profile["name"]] = round(100 * len(working) / window.ticks, 1)
-        if profile["name"].endswith(loop_thread):
+        if profile["name"].endswith(loop_threads):
             groups.update(group_of(s) for s in working)
     return {
         "window": {"start_s": window.start_s, "end_s": window.end_s, "rate_hz": window.rate_hz},

@@ -46,6 +46,13 @@ def test_a_window_ending_before_the_end_leaves_the_last_samples_out() -> None:
     assert out["busy_percent_of_a_core"]['Thread 1 ""'] == 75.0
 
 
+def test_the_event_loop_is_the_main_thread_under_either_name_py_spy_gives_it() -> None:
+    doc = _doc()
+    doc["profiles"][0]["name"] = 'Thread 1 "MainThread"'  # type: ignore[index]
+    out = summarise(doc, Window(start_s=0.6, end_s=0.0, rate_hz=10))
+    assert out["event_loop_percent_of_a_core"]["speculate step"] == round(100 * 2 / 6, 1)
+
+
 def test_idle_and_groups_by_frame_names() -> None:
     assert is_idle([]) and is_idle(["a (x.py:1)", "EpollSelector.select (selectors.py:2)"])
     assert not is_idle(["EpollSelector.select (selectors.py:2)", "decode (codec.py:9)"])
