@@ -27,11 +27,12 @@ def run(
     smoke: bool = False,
     pipeline_workers: int = 1,
     burst_events: int = 0,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The steps of one deployment at ``rates`` with this checkout's code and the workers'
     extra environment ``env`` (e.g. a setting to compare), with ``pipeline_workers`` pipeline
     worker processes (their CPU summed as ``pipeline``), then ``burst_events`` unpaced."""
-    settings = Settings()
+    settings = settings or Settings()
     traffic, bundle = live_workload(settings, smoke)
     cfg = FuseConfig(rates, step_s, 1, pipeline_workers, burst_events)
     steps = paced_deployment(settings, bundle, traffic, cfg, env)

@@ -128,6 +128,20 @@ def test_fuse_verify_smoke_runs_both_topologies(settings: Settings, tmp_path: Pa
     assert all(s["cpu_us_per_event"]["pipeline"] > 0 for s in steps)
 
 
+def test_paced_rates_with_two_pipeline_workers_and_a_burst(settings: Settings) -> None:
+    from bench.paced_rates import run
+
+    doc = run((40.0,), 4.0, {}, smoke=True, pipeline_workers=2, burst_events=60, settings=settings)
+    assert doc["pipeline_workers"] == 2 and "pipeline_workers=2" in doc["label"]
+    paced, burst = doc["steps"]
+    assert paced["target_events_per_s"] == 40.0 and not paced.get("burst")
+    # the unpaced step drained within its timeout, every event sent, its CPU per event measured
+    assert burst["burst"] is True and burst["kept_up"] is True and burst["seconds"] > 0
+    assert burst["events"] == 60 and burst["achieved_events_per_s"] > 0
+    assert burst["cpu_us_per_event"]["pipeline"] > 0
+    assert burst["counters"]["verified"] > 0 and burst["counters"]["embedded"] > 0
+
+
 def test_memory_smoke_samples_each_workers_rss_through_the_replay(
     settings: Settings, tmp_path: Path
 ) -> None:
