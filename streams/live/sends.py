@@ -17,8 +17,9 @@ What stays the same:
 
 Delivery reports are served by a daemon thread polling the producer; the reports of one poll
 settle their futures with one wake-up of the event loop (one per message was a write to the
-loop's self-pipe and a callback each, ~7 % of a core at 2,400 events/s, holding the GIL). A full local queue makes :meth:`LibrdkafkaSender.send` wait
-(backpressure) instead of failing. At exit the producer is flushed.
+loop's self-pipe and a callback each: ~6 % of a core at 2,400 events/s, holding the GIL). A
+full local queue makes :meth:`LibrdkafkaSender.send` wait (backpressure) instead of failing.
+At exit the producer is flushed.
 """
 
 from __future__ import annotations
