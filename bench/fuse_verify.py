@@ -26,9 +26,10 @@ from bench.pipeline import (
     cpu_meter,
     paced_step,
     start_pipelines,
-    wait_pipelines_split,
 )
+from bench.scale_out import wait_split
 from bench.workload import live_workload
+from streams.lag import LagReader
 from streams.settings import Settings
 
 MODES = {"separate": "false", "fused": "true"}
@@ -66,6 +67,8 @@ def paced_deployment(
     from models.data.traffic import read_traffic
 
     env = {"SOLARIS_NEIGHBOUR_INTERVAL_MS": str(DAY_MS), **env}
+    if cfg.pipeline_workers > 1:
+        env.setdefault("SOLARIS_LOG_LEVEL", "INFO")  # the rebalance lines wait_split reads
     log_dir = settings.cache_dir / "run" / "bench-logs"
     step_cfg = PipelineConfig(step_s=cfg.step_s)
     steps = []
@@ -73,8 +76,13 @@ def paced_deployment(
         start_pipelines(run, cfg.pipeline_workers)
         run.start("fm", "embed")
         run.wait_ready(list(GROUP_TOPICS))
-        if cfg.pipeline_workers > 1:
-            wait_pipelines_split(run, cfg.pipeline_workers, timeout_s=180.0)
+        if cfg.pipeline_workers > 1:  # each worker owns partitions and has recovered them
+            reader = LagReader(run.settings)
+            try:
+                counts = {"pipeline": cfg.pipeline_workers, "fm": 1}
+                wait_split(run, reader, counts, timeout_s=180.0)
+            finally:
+                reader.close()
         cpu = cpu_meter(run)
         events = iter(read_traffic(traffic))
         with LagSeries(run) as lags:

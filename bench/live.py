@@ -84,16 +84,24 @@ class LiveRun:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, name: str, roles: str, metrics_port: int | None = None) -> None:
+    def start(
+        self, name: str, roles: str, metrics_port: int | None = None, own_state: bool = False
+    ) -> None:
         """Start ``solaris worker --agents roles`` (log: ``<log_dir>/<prefix>/<name>.log``).
 
         ``metrics_port`` makes it serve Prometheus metrics there (see :func:`scrape`).
+        ``own_state`` gives it a Faust / RocksDB data dir of its own, for several workers of one
+        group on this host (:meth:`close` removes ``<state root>/<prefix>-*``, these included).
         """
         self.log_dir.mkdir(parents=True, exist_ok=True)
         args = [*solaris_cmd(), "worker", "--agents", roles]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
-        self.children.start(name, args, self.env, self.log_dir)
+        env = self.env
+        if own_state:
+            state = self.settings.faust_state_root / f"{self.prefix}-{name}"
+            env = env | {"SOLARIS_STATE_DIR": str(state)}
+        self.children.start(name, args, env, self.log_dir)
 
     def wait_ready(self, groups: list[str], timeout_s: float = 120.0) -> None:
         """Block until the workers' consumer groups are stable; raise if a worker died."""

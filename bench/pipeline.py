@@ -227,45 +227,12 @@ def _producer_max(
 
 def start_pipelines(run: LiveRun, n: int) -> None:
     """Start ``n`` pipeline workers: ``pipeline`` alone, else ``pipeline1..n``, each with its
-    own Faust state dir (:meth:`LiveRun.close` removes ``<state root>/<prefix>-*``)."""
+    own Faust state dir."""
     if n == 1:
         run.start("pipeline", PIPELINE_ROLES)
         return
-    from streams.app.demo import solaris_cmd
-
-    run.log_dir.mkdir(parents=True, exist_ok=True)
     for k in range(1, n + 1):
-        name = f"pipeline{k}"
-        state = run.settings.faust_state_root / f"{run.prefix}-{name}"
-        env = run.env | {"SOLARIS_STATE_DIR": str(state)}
-        args = [*solaris_cmd(), "worker", "--agents", PIPELINE_ROLES]
-        run.children.start(name, args, env, run.log_dir)
-
-
-def wait_pipelines_split(run: LiveRun, n: int, timeout_s: float) -> None:
-    """Block until the pipeline group has ``n`` members that each own ``requests`` partitions
-    and every pipeline worker has recovered its assignment (traffic sent during a recovery
-    was seen to leave offsets behind: :func:`bench.scale_out.recovered`)."""
-    from bench.scale_out import members, recovered
-
-    reader = LagReader(run.settings)
-    group, topic = f"{run.prefix}-pipeline", run.settings.topic("requests")
-    logs = sorted(run.log_dir.glob("pipeline*.log"))
-    deadline = time.perf_counter() + timeout_s
-    try:
-        while time.perf_counter() < deadline:
-            run.children.check()
-            owned = members(reader, group, topic)
-            if (
-                len(owned) == n
-                and all(owned)
-                and all(recovered(p.read_text(errors="replace")) for p in logs)
-            ):
-                return
-            time.sleep(1.0)
-    finally:
-        reader.close()
-    raise TimeoutError(f"{n} pipeline workers did not all own partitions within {timeout_s:.0f} s")
+        run.start(f"pipeline{k}", PIPELINE_ROLES, own_state=True)
 
 
 def cpu_meter(run: LiveRun) -> CpuMeter:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,6 @@ from typing import Any
 from bench.common import BenchResult, free_port, machine_info, ratio, redis_version
 from bench.live import PIPELINE_ROLES, LiveRun, scrape
 from bench.workload import FULL_TRAFFIC, SMOKE_TRAFFIC, bench_bundle, bench_traffic
-from streams.app.demo import solaris_cmd
 from streams.lag import LagReader
 from streams.replay import replay_events
 from streams.settings import Settings
@@ -78,16 +78,11 @@ def members(reader: LagReader, group: str, topic: str) -> list[frozenset[int]]:
 
 def _start_workers(run: LiveRun, n: int) -> dict[str, tuple[str, int]]:
     """Start ``n`` workers per group; returns worker name -> (group, metrics port)."""
-    run.log_dir.mkdir(parents=True, exist_ok=True)
-    faust_root = run.settings.faust_state_root
     out: dict[str, tuple[str, int]] = {}
     for group, (roles, _, _) in GROUPS.items():
         for k in range(1, n + 1):
             name, port = f"{group}{k}", free_port()
-            # LiveRun.close removes <state root>/<prefix>-*: these data dirs included
-            env = run.env | {"SOLARIS_STATE_DIR": str(faust_root / f"{run.prefix}-{name}")}
-            args = [*solaris_cmd(), "worker", "--agents", roles, "--metrics-port", str(port)]
-            run.children.start(name, args, env, run.log_dir)
+            run.start(name, roles, port, own_state=True)
             out[name] = (group, port)
     return out
 
@@ -110,21 +105,25 @@ def recovered(log: str) -> bool:
     return log.rfind(RECOVERED) > log.rfind(ASSIGNED) >= 0
 
 
-def _wait_split(run: LiveRun, reader: LagReader, n: int, timeout_s: float) -> float:
-    """Seconds until each group has ``n`` members that all own partitions and every worker has
-    recovered its assignment (checked twice, so no rebalance slipped in between)."""
+def wait_split(
+    run: LiveRun, reader: LagReader, counts: Mapping[str, int], timeout_s: float
+) -> float:
+    """Seconds until each group of :data:`GROUPS` has ``counts[group]`` members that all own
+    partitions and every worker has recovered its assignment (checked twice, so no rebalance
+    slipped in between). The workers must log at INFO (:func:`recovered`)."""
     start = time.perf_counter()
     logs = sorted(run.log_dir.glob("*.log"))
     while time.perf_counter() - start < timeout_s:
         run.children.check()
         now = split(run, reader)
-        ready = all(len(m) == n and all(m) for m in now) and all(
-            recovered(p.read_text(errors="replace")) for p in logs
-        )
+        ready = all(
+            len(m) == counts[g] and all(m) for g, m in zip(GROUPS, now, strict=True)
+        ) and all(recovered(p.read_text(errors="replace")) for p in logs)
         if ready and split(run, reader) == now:
             return time.perf_counter() - start
         time.sleep(1.0)
-    raise TimeoutError(f"{n} + {n} workers did not all get partitions within {timeout_s:.0f} s")
+    wanted = " + ".join(f"{counts[g]} {g}" for g in GROUPS)
+    raise TimeoutError(f"{wanted} workers did not all get partitions within {timeout_s:.0f} s")
 
 
 def _caught_up(run: LiveRun, reader: LagReader) -> bool:
@@ -174,7 +173,7 @@ def _one_deployment(
         reader = LagReader(run.settings)
         try:
             workers = _start_workers(run, n)
-            join_s = _wait_split(run, reader, n, cfg.join_timeout_s)
+            join_s = wait_split(run, reader, dict.fromkeys(GROUPS, n), cfg.join_timeout_s)
             before = split(run, reader)
             start = time.perf_counter()
             stats = replay_events(run.settings, itertools.islice(read_traffic(traffic), cfg.events))
