@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from schemas.records import PairEmbedding, UserAggregate
+from schemas.records import EmbeddingBatch, PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
+from streams.engine.embedded_runs import EmbeddedRun, runs_of
 from streams.engine.errors import StepError
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,21 @@ class SeenKeys:
     def add(self, start: int, key: tuple[int, int]) -> None:
         self._bucket(start).add(key)
         self._encoded.pop(start, None)  # changed: encoded again when saved
+
+    def admit(self, start: int, keys: list[tuple[int, int]]) -> list[int]:
+        """Count each of ``keys`` (all of the bucket at ``start``) not counted yet, a repeat
+        within ``keys`` included; the positions of those counted now."""
+        if not keys:
+            return []
+        bucket = self._bucket(start)
+        fresh: list[int] = []
+        for j, key in enumerate(keys):
+            if key not in bucket:
+                bucket.add(key)
+                fresh.append(j)
+        if fresh:
+            self._encoded.pop(start, None)  # changed: encoded again when saved
+        return fresh
 
     def drop(self, start: int) -> None:
         """Forget a bucket's keys (the bucket left the window)."""
@@ -235,36 +251,23 @@ class RollingAggregator:
         self.stale_dropped = 0
 
     def add(
-        self, state: AggregateState, embeddings: Iterable[PairEmbedding]
+        self, state: AggregateState, embeddings: EmbeddingBatch | Iterable[PairEmbedding]
     ) -> UserAggregate | None:
-        """Fold ``embeddings`` (all of one user) into ``state``; the new aggregate, or None.
-        Raises ``ValueError`` before changing ``state`` when one of them is of the own FM's
-        version with another dim."""
-        embeddings = list(embeddings)
+        """Fold ``embeddings`` (all of one user: a message of the FM worker, or pair records)
+        into ``state``; the new aggregate, or None. Raises before changing ``state`` when one
+        of them is of the own FM's version with another dim, or its bytes do not decode.
+
+        The embeddings are folded as runs of one version and event time
+        (:func:`runs_of`): one decode and one sum per run, not one per pair; the rules are the
+        per-embedding ones (a run shares its bucket, its version switch and its expiry)."""
+        runs = runs_of(embeddings)
         if self.own is not None:
-            for emb in embeddings:
-                check_model_dim(emb.model_version, emb.dim, *self.own)
-        last: PairEmbedding | None = None
-        for emb in embeddings:
-            if emb.model_version != state.version and not self._switch(state, emb):
-                continue
-            dim = next(iter(state.buckets.values()))[1].shape[0] if state.buckets else emb.dim
-            if emb.dim != dim:
-                raise StepError(
-                    f"embedding of dim {emb.dim} for user {emb.user_id}'s {dim}-dim aggregate "
-                    f"(model version {emb.model_version})"
-                )
-            key = (emb.item_id, emb.event_time_ms)
-            start = emb.event_time_ms - emb.event_time_ms % self.bucket_ms
-            if state.seen.has(start, key) or self._expired(state, start):
-                # seen: a redelivery; expired: its bucket already left the window, and with it
-                # the record of whether it was counted (a redelivery must not count twice)
-                continue
-            state.seen.add(start, key)
-            count, total = state.buckets.get(start, (0, np.zeros(emb.dim, np.float64)))
-            state.buckets[start] = (count + 1, total + emb.array())
-            state.newest_ms = max(state.newest_ms, emb.event_time_ms)
-            last = emb
+            for run in runs:
+                check_model_dim(run.model_version, run.dim, *self.own)
+        last: EmbeddedRun | None = None
+        for run in runs:
+            if self._fold(state, run):
+                last = run
         if last is None:
             return None
         self._evict(state)
@@ -282,27 +285,56 @@ class RollingAggregator:
             VectorDtype(last.dtype),
         )
 
-    def _switch(self, state: AggregateState, emb: PairEmbedding) -> bool:
-        """Restart ``state`` for ``emb``'s version; False (drop it) if it is a late embedding of
-        a version the state already left."""
-        left_at = state.retired.get(emb.model_version)
-        if left_at is not None and emb.event_time_ms <= left_at:
-            self.stale_dropped += 1
+    def _fold(self, state: AggregateState, run: EmbeddedRun) -> bool:
+        """Count ``run``'s embeddings not counted before; whether any was."""
+        if run.model_version != state.version and not self._switch(state, run):
+            return False
+        dim = next(iter(state.buckets.values()))[1].shape[0] if state.buckets else run.dim
+        if run.dim != dim:
+            raise StepError(
+                f"embedding of dim {run.dim} for user {run.user_id}'s {dim}-dim aggregate "
+                f"(model version {run.model_version})"
+            )
+        t = run.event_time_ms
+        start = t - t % self.bucket_ms
+        if self._expired(state, start):
+            # its bucket already left the window, and with it the record of whether these were
+            # counted (a redelivery must not count twice)
+            return False
+        fresh = state.seen.admit(start, [(item, t) for item in run.item_ids])  # not redeliveries
+        if not fresh:
+            return False
+        rows = run.vectors if len(fresh) == len(run.item_ids) else run.vectors[fresh]
+        count, total = state.buckets.get(start, (0, np.zeros(run.dim, np.float64)))
+        # row by row, in order (numpy reduces axis 0 sequentially): the sums a pair-by-pair
+        # fold gives, bit for bit
+        summed = np.add.reduce(np.vstack([total[None, :], rows.astype(np.float64)]), axis=0)
+        state.buckets[start] = (count + len(fresh), summed)
+        state.newest_ms = max(state.newest_ms, t)
+        return True
+
+    def _switch(self, state: AggregateState, run: EmbeddedRun) -> bool:
+        """Restart ``state`` for ``run``'s version; False (drop it) if it is a late run of a
+        version the state already left."""
+        left_at = state.retired.get(run.model_version)
+        if left_at is not None and run.event_time_ms <= left_at:
+            self.stale_dropped += len(run.item_ids)
             log.info(
                 "dropped a late embedding of a retired model version",
                 extra={
-                    "user_id": emb.user_id,
-                    "version": emb.model_version,
+                    "user_id": run.user_id,
+                    "version": run.model_version,
                     "current": state.version,
+                    "embeddings": len(run.item_ids),
                 },
             )
             return False
         if state.version is not None or state.buckets:
             log.info(
                 "model version changed: user aggregate restarted",
-                extra={"user_id": emb.user_id, "from": state.version, "to": emb.model_version},
+                extra={"user_id": run.user_id, "from": state.version, "to": run.model_version},
             )
-        state.restart(emb.model_version)
+        state.restart(run.model_version)
         return True
 
     def _expired(self, state: AggregateState, bucket_start: int) -> bool:

@@ -204,8 +204,9 @@ def test_aggregate_agent_dead_letters_only_the_message_whose_step_raises(
     real = RollingAggregator.add
 
     def failing(self: RollingAggregator, state: AggregateState, embs: Any) -> Any:
-        embs = list(embs)
-        if any(e.item_id == POISON for e in embs):
+        # the agent hands the FM worker's message over whole (one run, no record per pair)
+        assert isinstance(embs, EmbeddingBatch)
+        if POISON in embs.item_ids:
             raise RuntimeError("aggregation blew up")
         return real(self, state, embs)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from schemas.records import PairEmbedding, UserAggregate
+from schemas.records import EmbeddingBatch, PairEmbedding, UserAggregate
 from streams.engine.aggregator import AggregateState, RollingAggregator
 from streams.engine.errors import StepError
 
@@ -39,8 +39,12 @@ class AggregateResult:
     stale_dropped: int = 0
 
 
+#: one message: the FM worker's (live) or the pair records of one request (the simulator)
+Message = EmbeddingBatch | Sequence[PairEmbedding]
+
+
 def aggregate_step(
-    messages: Sequence[Sequence[PairEmbedding]],
+    messages: Sequence[Message],
     load: Callable[[int], AggregateState],
     aggregator: RollingAggregator,
     isolate: tuple[type[Exception], ...] = (StepError,),
@@ -51,16 +55,22 @@ def aggregate_step(
     out = AggregateResult()
     before = aggregator.stale_dropped
     loaded: dict[int, AggregateState] = {}
-    for index, embeddings in enumerate(messages):
-        if not embeddings:
+    for index, message in enumerate(messages):
+        if isinstance(message, EmbeddingBatch):
+            if not message.item_ids:
+                continue
+            user = message.user_id
+        elif message:
+            user = message[0].user_id
+        else:
             continue
-        user = embeddings[0].user_id
         state = loaded.get(user)
         if state is None:
             state = loaded[user] = load(user)
         try:
-            check_one_message(embeddings)
-            agg = aggregator.add(state, embeddings)
+            if not isinstance(message, EmbeddingBatch):  # a message is one user's by design
+                check_one_message(message)
+            agg = aggregator.add(state, message)
         except isolate as exc:
             out.refused.append((index, exc))
             continue

@@ -39,7 +39,7 @@ def register(ctx: AgentContext) -> None:
                 admitted.append((event, rec))
                 clocks.saw("aggregates", event.message.partition, rec.event_time_ms)
         result = aggregate_step(
-            [rec.pairs() for _, rec in admitted],
+            [rec for _, rec in admitted],
             lambda user: AGGREGATES.load(read_table(table, user)),
             aggregator,
             isolate=(Exception,),  # any error of one message's fold costs only that message
