@@ -96,6 +96,16 @@ class Selection:
     nonfinite: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """What the verifier kept of one group, without a record per pair: the kept positions in
+    the group (ascending), their VM scores, and the pairs dropped for a non-finite score."""
+
+    positions: list[int]
+    scores: list[float]
+    nonfinite: int = 0
+
+
 class Verifier:
     """Scores and filters proposals; kept proposals carry their score."""
 
@@ -119,44 +129,60 @@ class Verifier:
         candidate_counts: Sequence[int] | None = None,
         recurrence: Sequence[RecurrenceInputs | None] | None = None,
     ) -> list[Selection]:
-        """Verify several requests' proposals with one model call.
-
-        ``candidate_counts`` (per group) is the base of ``top_fraction``; default the group size.
-        ``recurrence`` (per group, aligned with its proposals): the inputs the speculate step
-        attached, used unless ``rank_by`` is ``vm``; a group without them (a message from a
-        writer that did not attach them) ranks as if nothing recurred: by the VM score.
-        """
+        """:meth:`pick_many` over proposal records: the kept ones carry their score."""
         flat = [p for g in groups for p in g]
-        if not flat:
-            return [Selection([]) for _ in groups]
-        scores = self.scorer.score(
+        picks = self.pick_many(
             np.fromiter((p.user_id for p in flat), np.int64, len(flat)),
             np.fromiter((p.item_id for p in flat), np.int64, len(flat)),
             np.fromiter((p.event_time_ms for p in flat), np.int64, len(flat)),
+            [len(g) for g in groups],
+            candidate_counts,
+            recurrence,
         )
-        self.stats.scored += len(flat)
-        out: list[Selection] = []
+        return [
+            Selection(
+                [replace(g[k], score=s) for k, s in zip(pick.positions, pick.scores, strict=True)],
+                pick.nonfinite,
+            )
+            for g, pick in zip(groups, picks, strict=True)
+        ]
+
+    def pick_many(
+        self,
+        user_ids: np.ndarray,
+        item_ids: np.ndarray,
+        event_time_ms: np.ndarray,
+        sizes: Sequence[int],
+        candidate_counts: Sequence[int] | None = None,
+        recurrence: Sequence[RecurrenceInputs | None] | None = None,
+    ) -> list[Picked]:
+        """Verify several requests' pairs with one model call: the flat arrays hold the
+        groups' pairs one group after another (``sizes``), no record per pair.
+
+        ``candidate_counts`` (per group) is the base of ``top_fraction``; default the group size.
+        ``recurrence`` (per group, aligned with its pairs): the inputs the speculate step
+        attached, used unless ``rank_by`` is ``vm``; a group without them (a message from a
+        writer that did not attach them) ranks as if nothing recurred: by the VM score.
+        """
+        if not len(item_ids):
+            return [Picked([], []) for _ in sizes]
+        scores = self.scorer.score(user_ids, item_ids, event_time_ms)
+        self.stats.scored += len(item_ids)
+        out: list[Picked] = []
         offset = 0
-        for gi, group in enumerate(groups):
-            s = scores[offset : offset + len(group)]
-            offset += len(group)
-            base = len(group) if candidate_counts is None else candidate_counts[gi]
-            inputs = None if recurrence is None else recurrence[gi]
-            out.append(self._select(group, s, base, inputs))
+        for gi, n in enumerate(sizes):
+            s = scores[offset : offset + n]
+            offset += n
+            base = n if candidate_counts is None else candidate_counts[gi]
+            out.append(self._pick(s, base, None if recurrence is None else recurrence[gi]))
         return out
 
-    def _select(
-        self,
-        group: Sequence[PairProposal],
-        scores: np.ndarray,
-        base: int,
-        inputs: RecurrenceInputs | None,
-    ) -> Selection:
+    def _pick(self, scores: np.ndarray, base: int, inputs: RecurrenceInputs | None) -> Picked:
         cfg = self.config
         key = scores.astype(np.float64)
         if cfg.rank_by != "vm":
             if inputs is None:
-                inputs = RecurrenceInputs.none(len(group))
+                inputs = RecurrenceInputs.none(len(scores))
             key = recurrence_key(cfg.rank_by, key, inputs.prior_counts, inputs.pair_counts)
         order = np.argsort(-key, kind="stable")
         finite = np.isfinite(key)
@@ -172,5 +198,5 @@ class Verifier:
         keep = min(len(order), cfg.keep_count(base))
         self.stats.dropped_rank += len(order) - keep
         self.stats.kept += keep
-        kept = [replace(group[i], score=float(scores[i])) for i in sorted(order[:keep])]
-        return Selection(kept, nonfinite)
+        chosen = np.sort(order[:keep])
+        return Picked(chosen.tolist(), scores[chosen].astype(np.float64).tolist(), nonfinite)

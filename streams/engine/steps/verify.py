@@ -22,11 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from schemas.records import PairProposal, ProposalBatch
+import numpy as np
+
+from schemas.records import ProposalBatch
 from streams.engine.history import Entry, history_before
 from streams.engine.ledger import Confirmed, is_fresh, record
 from streams.engine.recurrence import RecurrenceInputs
-from streams.engine.verifier import Selection, Verifier
+from streams.engine.verifier import Picked, Verifier
 
 #: request ids remembered per user: a redelivery is recognised within the uncommitted window,
 #: which holds a handful of a user's requests at most
@@ -80,35 +82,32 @@ def fresh_positions(
     ]
 
 
-def fresh_filter(b: ProposalBatch, keep: Sequence[int]) -> list[PairProposal]:
-    """The batch's proposals at positions ``keep`` (:func:`fresh_positions`)."""
-    return [
-        PairProposal(b.request_id, b.user_id, b.item_ids[k], b.event_time_ms, b.strategies[k])
-        for k in keep
-    ]
-
-
 def recurrence_inputs(b: ProposalBatch, keep: Sequence[int]) -> RecurrenceInputs | None:
-    """The recurrence inputs of the proposals at ``keep`` (aligned with :func:`fresh_filter`),
-    or None when the message carries none."""
+    """The recurrence inputs of the proposals at ``keep``, or None when the message carries
+    none."""
     if not b.prior_counts:
         return None
     return RecurrenceInputs.of([b.prior_counts[k] for k in keep], [b.pair_counts[k] for k in keep])
 
 
 def verified_batch(
-    b: ProposalBatch, ok: Sequence[PairProposal], entries: list[Entry], length: int
+    b: ProposalBatch,
+    kept: Sequence[int],
+    scores: Sequence[float],
+    entries: list[Entry],
+    length: int,
 ) -> ProposalBatch:
-    """The message for the FM: kept pairs with scores and the history strictly before ``b``."""
+    """The message for the FM: the pairs at positions ``kept`` of ``b`` with their scores, and
+    the history strictly before ``b``."""
     hist = history_before(entries, b.event_time_ms, length)
     return ProposalBatch(
         b.request_id,
         b.user_id,
         b.event_time_ms,
         b.candidates,
-        tuple(p.item_id for p in ok),
-        tuple(p.strategy for p in ok),
-        tuple(float(p.score or 0.0) for p in ok),
+        tuple(b.item_ids[k] for k in kept),
+        tuple(b.strategies[k] for k in kept),
+        tuple(scores),
         tuple(hist.items.tolist()),
         tuple(hist.labels.tolist()),
         tuple(hist.times_ms.tolist()),
@@ -144,7 +143,7 @@ def verify_requests(
     order = rounds([b.user_id for b in batches])
     for rnd in range(max(order, default=-1) + 1):
         todo = [i for i, r in enumerate(order) if r == rnd]
-        groups: dict[int, list[PairProposal]] = {}
+        groups: dict[int, list[int]] = {}  #: batch index -> positions of its fresh pairs
         inputs: dict[int, RecurrenceInputs | None] = {}
         for i in todo:
             b = batches[i]
@@ -154,7 +153,7 @@ def verify_requests(
                 results[i] = VerifyResult(None, None, redelivered=True)
             else:
                 keep = fresh_positions(b, led, knobs, confirmed(b.user_id))
-                groups[i] = fresh_filter(b, keep)
+                groups[i] = keep
                 inputs[i] = recurrence_inputs(b, keep)
         kept = _verify_groups(verifier, batches, groups, inputs)
         for i, selection in kept.items():
@@ -166,33 +165,50 @@ def verify_requests(
 def _verify_groups(
     verifier: Verifier | None,
     batches: Sequence[ProposalBatch],
-    groups: dict[int, list[PairProposal]],
+    groups: dict[int, list[int]],
     inputs: dict[int, RecurrenceInputs | None],
-) -> dict[int, Selection]:
-    idx = [i for i, g in groups.items() if g]
-    kept = {i: Selection([]) for i in groups if not groups[i]}
+) -> dict[int, Picked]:
+    """Per batch index, which of its fresh positions the VM kept (one model call, the pairs
+    gathered from the messages as arrays); without a VM every fresh pair, scored 0."""
+    idx = [i for i, keep in groups.items() if keep]
+    kept = {i: Picked([], []) for i in groups if not groups[i]}
     if verifier is None:
-        return {**kept, **{i: Selection(groups[i]) for i in idx}}
-    out = verifier.select_many(
-        [groups[i] for i in idx], [batches[i].candidates for i in idx], [inputs[i] for i in idx]
+        every = {i: Picked(list(range(len(groups[i]))), [0.0] * len(groups[i])) for i in idx}
+        return {**kept, **every}
+    sizes = [len(groups[i]) for i in idx]
+    n = sum(sizes)
+    items = np.fromiter((batches[i].item_ids[k] for i in idx for k in groups[i]), np.int64, n)
+    users = np.repeat(np.array([batches[i].user_id for i in idx], np.int64), sizes)
+    times = np.repeat(np.array([batches[i].event_time_ms for i in idx], np.int64), sizes)
+    out = verifier.pick_many(
+        users,
+        items,
+        times,
+        sizes,
+        [batches[i].candidates for i in idx],
+        [inputs[i] for i in idx],
     )
     return {**kept, **dict(zip(idx, out, strict=True))}
 
 
 def _result(
     b: ProposalBatch,
-    group: list[PairProposal],
-    selection: Selection,
+    fresh: list[int],
+    picked: Picked,
     led: LedgerState,
     histories: Callable[[int], list[Entry]],
     knobs: VerifyKnobs,
 ) -> VerifyResult:
-    ok, nonfinite = selection.kept, selection.nonfinite
-    if not ok:  # nothing sent, nothing to remember
-        return VerifyResult(None, None, proposed=len(group), dropped_nonfinite=nonfinite)
-    record(led.pairs, (p.item_id for p in ok), b.event_time_ms, knobs.pair_ttl_ms)
+    if not picked.positions:  # nothing sent, nothing to remember
+        return VerifyResult(None, None, proposed=len(fresh), dropped_nonfinite=picked.nonfinite)
+    kept = [fresh[k] for k in picked.positions]  # positions in ``b``
+    record(led.pairs, (b.item_ids[k] for k in kept), b.event_time_ms, knobs.pair_ttl_ms)
     led.requests = [*led.requests, b.request_id][-VERIFIED_REQUESTS_KEPT:]
-    out = verified_batch(b, ok, histories(b.user_id), knobs.history_len)
+    out = verified_batch(b, kept, picked.scores, histories(b.user_id), knobs.history_len)
     return VerifyResult(
-        out, led.copy(), proposed=len(group), verified=len(ok), dropped_nonfinite=nonfinite
+        out,
+        led.copy(),
+        proposed=len(fresh),
+        verified=len(kept),
+        dropped_nonfinite=picked.nonfinite,
     )
