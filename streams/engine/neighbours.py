@@ -13,6 +13,7 @@ Search: exact (matrix products over blocks of queries) up to ``exact_max`` users
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -88,14 +89,37 @@ class UserRepresentations:
 
     def of_items(self, item_ids: Sequence[int]) -> np.ndarray:
         """Unit-norm mean item vector of ``item_ids`` (zeros if none known)."""
-        if not len(item_ids):
-            return np.zeros(self.items.dim, np.float32)
-        vecs = self.items.lookup(np.asarray(item_ids, np.int64))
-        return _normalise(vecs.mean(axis=0) - self.items.mean)
+        out: np.ndarray = self.of_items_many([item_ids])[0]
+        return out
 
-    def observe(self, user_id: int, item_ids: Sequence[int], event_time_ms: int) -> None:
+    def of_items_many(self, lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`of_items` of each list, float32 ``[len(lists), dim]``, with one gather and
+        one segmented sum for them all (the speculate step's requests of a batch). A row does
+        not depend on the other lists (each segment is summed on its own, in order), so a
+        batch of one and a batch of many give the same bits: the simulator's and the live
+        agent's representations agree exactly."""
+        counts = np.fromiter((len(ids) for ids in lists), np.int64, len(lists))
+        out = np.zeros((len(lists), self.items.dim), np.float32)
+        some = counts > 0
+        if not some.any():
+            return out
+        ids = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(counts.sum()))
+        starts = (np.cumsum(counts) - counts)[some]
+        sums = np.add.reduceat(self.items.lookup(ids), starts, axis=0)
+        out[some] = _normalise(sums / counts[some, None].astype(np.float32) - self.items.mean)
+        return out
+
+    def observe(
+        self,
+        user_id: int,
+        item_ids: Sequence[int],
+        event_time_ms: int,
+        of_items: np.ndarray | None = None,
+    ) -> None:
+        """Fold one request's candidates into the user's EMA; ``of_items``: their
+        :meth:`of_items`, when the caller computed it for a whole batch."""
         self._touch(user_id)
-        new = self.of_items(item_ids)
+        new = self.of_items(item_ids) if of_items is None else of_items
         old = self._vec.get(user_id)
         self._vec[user_id] = (
             new if old is None else _normalise((1 - self.alpha) * old + self.alpha * new)

@@ -113,7 +113,11 @@ def restore_representation(reps: UserRepresentations, user_id: int, saved: Saved
 
 
 def observe_representation(
-    reps: UserRepresentations, rec: RequestEvent, saved: SavedRep | None, horizon_ms: int
+    reps: UserRepresentations,
+    rec: RequestEvent,
+    saved: SavedRep | None,
+    horizon_ms: int,
+    of_items: np.ndarray | None = None,
 ) -> SavedRep | None:
     """Fold the request's candidates into the user's representation.
 
@@ -125,7 +129,8 @@ def observe_representation(
     tier's horizon: refreshes forget such users' in-memory representations) is not blended in:
     the user starts afresh. So what a returning user gets does not depend on whether a refresh
     ran in between, and a saved value past the horizon is equivalent to none (the table sweep
-    may delete it: :mod:`streams.engine.steps.expiry`).
+    may delete it: :mod:`streams.engine.steps.expiry`). ``of_items``: the candidates' mean
+    item vector when the step computed it for the whole batch.
     """
     if saved is not None and not reps.has(rec.user_id):
         restored = restore_representation(reps, rec.user_id, saved)
@@ -135,7 +140,7 @@ def observe_representation(
     seen = reps.seen_at(rec.user_id)
     if seen is not None and rec.event_time_ms - seen > horizon_ms:
         reps.forget(rec.user_id)
-    reps.observe(rec.user_id, rec.candidates, rec.event_time_ms)
+    reps.observe(rec.user_id, rec.candidates, rec.event_time_ms, of_items)
     return SavedRep(reps.vector(rec.user_id).tolist(), rec.event_time_ms, reps.version_tag)
 
 
@@ -161,10 +166,12 @@ def request_step(
     stored: StoredUserState,
     stages: Stages,
     horizon_ms: int,
+    of_items: np.ndarray | None = None,
 ) -> RequestOutcome:
     """One request's speculate-side rules, in the order both drivers run them: propose pairs
     (feeding the recurrence inputs), then fold the candidates into the user's representation.
-    ``stored`` loads the user's persisted state, each part only when a stage reads it."""
+    ``stored`` loads the user's persisted state, each part only when a stage reads it;
+    ``of_items``: the candidates' mean item vector, computed for the batch."""
     memory = stored.memory() if stages.pair_memory_ms is not None else None
     proposals, remembered = speculate(rec, ledger, confirmed, entries, memory, stages)
     changed = remembered if remembered is not memory else None
@@ -172,7 +179,7 @@ def request_step(
     if reps is None:
         return RequestOutcome(proposals, None, memory=changed)
     before = reps.foreign
-    rep = observe_representation(reps, rec, stored.rep(), horizon_ms)
+    rep = observe_representation(reps, rec, stored.rep(), horizon_ms, of_items)
     return RequestOutcome(proposals, rep, reps.foreign - before, changed)
 
 
@@ -265,6 +272,7 @@ def speculate_step(
     poison message costs only itself)."""
     result = SpeculateResult()
     users = _BatchUsers(inputs, result)
+    means = _item_means(stages.reps, requests)
     with recorded(stages) as undo:
         for index, rec in enumerate(requests):
             user = rec.user_id
@@ -278,6 +286,7 @@ def speculate_step(
                     users.stored(user),
                     stages,
                     horizon_ms,
+                    None if means is None else means[index],
                 )
             except isolate as exc:
                 if undo is not None:
@@ -286,6 +295,20 @@ def speculate_step(
                 continue
             _record(result, index, user, out)
     return result
+
+
+def _item_means(
+    reps: UserRepresentations | None, requests: Sequence[RequestEvent]
+) -> np.ndarray | None:
+    """Every request's candidate mean item vector, for the whole batch at once (None: no
+    neighbour tier, or a request whose candidates cannot be looked up: each request then
+    computes its own inside its isolation, so such a request is refused alone)."""
+    if reps is None:
+        return None
+    try:
+        return reps.of_items_many([rec.candidates for rec in requests])
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _record(result: SpeculateResult, index: int, user: int, out: RequestOutcome) -> None:
