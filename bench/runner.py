@@ -119,6 +119,13 @@ BENCHES: dict[str, Spec] = {
         ("per request of 50 candidates", "p50 ms", "p99 ms"),
         "State tier: decoding a stored FM user state in the ranker vs vm_solaris vs the whole FM",
     ),
+    "steps": Spec(
+        "bench.steps",
+        "run_steps",
+        "steps_table",
+        ("step", "messages", "CPU µs/message batched", "one at a time", "batched / one"),
+        "Engine steps alone, per message: batches as the live agents run them vs batches of one",
+    ),
     "memory": Spec(
         "bench.memory",
         "run_memory",
@@ -136,7 +143,17 @@ BENCHES: dict[str, Spec] = {
         "Worker RSS over a 2-hour-of-event-time replay with 10x the demo's users",
     ),
 }
-ORDER = ("store", "serve", "serve-http", "fm", "state", "pipeline", "scale-out", "memory")
+ORDER = (
+    "store",
+    "serve",
+    "serve-http",
+    "fm",
+    "state",
+    "steps",
+    "pipeline",
+    "scale-out",
+    "memory",
+)
 
 
 def run_bench(

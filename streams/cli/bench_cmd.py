@@ -1,4 +1,5 @@
-"""``solaris bench serve|serve-http|fm|store|state|pipeline|fuse-verify|scale-out|memory|all``: side-by-side ratios.
+"""``solaris bench serve|serve-http|fm|store|state|steps|pipeline|fuse-verify|scale-out|memory|all``:
+side-by-side ratios.
 
 Each command writes the benchmark's JSON (``--json``) and prints its Markdown tables; ``all``
 writes one JSON per benchmark into a folder plus ``summary.json``. ``--smoke`` runs a seconds-long
@@ -79,6 +80,12 @@ def store(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
 def state(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
     """State tier: ranker CPU to decode a stored FM user state per request, bytes per user."""
     _one("state", json_path, smoke)
+
+
+@app.command("steps")
+def steps(json_path: JsonOpt = None, smoke: SmokeOpt = False) -> None:
+    """CPU µs per message of the speculate, verify and aggregate steps, batched vs one by one."""
+    _one("steps", json_path, smoke)
 
 
 @app.command("pipeline")
