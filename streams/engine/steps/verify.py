@@ -72,13 +72,13 @@ def fresh_positions(
     b: ProposalBatch, ledger: LedgerState, knobs: VerifyKnobs, confirmed: Confirmed
 ) -> list[int]:
     """Positions in ``b`` of the proposals whose pair is not fresh in ``ledger``."""
-    t = b.event_time_ms
+    t, pairs = b.event_time_ms, ledger.pairs
     return [
         k
         for k, item in enumerate(b.item_ids)
-        if not is_fresh(
-            ledger.pairs, item, t, knobs.refresh_after_ms, knobs.in_flight_ms, confirmed
-        )
+        # most items have no ledger mark: only those need the freshness rule
+        if item not in pairs
+        or not is_fresh(pairs, item, t, knobs.refresh_after_ms, knobs.in_flight_ms, confirmed)
     ]
 
 
