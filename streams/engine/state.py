@@ -20,12 +20,16 @@ traffic and not stored.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from streams.engine.aggregator import AggregateState, seen_of_table
 from streams.engine.history import Entry
+from streams.engine.packed import INT64, pack, unpack
 from streams.engine.recurrence import PairMemory
 from streams.engine.steps.speculate import SavedRep
 from streams.engine.steps.verify import VERIFIED_REQUESTS_KEPT, LedgerState
@@ -34,19 +38,21 @@ V = TypeVar("V")
 
 
 def ledger_from_table(value: Any) -> LedgerState:
-    """The user's ledger (old list-only values, pairs without request ids, are still read)."""
+    """The user's ledger. Values written before 2026-12-07 hold the pairs as a JSON list
+    (``"pairs"``), older ones are a bare list without request ids; both are still read."""
     if isinstance(value, dict):
-        pairs, requests = value.get("pairs", []), value.get("requests", [])
-    else:
-        pairs, requests = value or [], []
-    return LedgerState({int(i): int(t) for i, t in pairs}, [str(r) for r in requests])
+        requests = [str(r) for r in value.get("requests", [])]
+        if "p" in value:
+            rows: list[list[int]] = unpack(value["p"], INT64, 2).tolist()
+            return LedgerState(dict(rows), requests)  # type: ignore[arg-type]
+        return LedgerState({int(i): int(t) for i, t in value.get("pairs", [])}, requests)
+    return LedgerState({int(i): int(t) for i, t in value or []}, [])
 
 
 def ledger_to_table(ledger: LedgerState) -> dict[str, Any]:
-    return {
-        "pairs": [[i, t] for i, t in ledger.pairs.items()],
-        "requests": ledger.requests[-VERIFIED_REQUESTS_KEPT:],
-    }
+    """``{"p": packed (item, event time) pairs, "requests": [...]}``."""
+    pairs = np.fromiter(itertools.chain.from_iterable(ledger.pairs.items()), INT64)
+    return {"p": pack(pairs, INT64), "requests": ledger.requests[-VERIFIED_REQUESTS_KEPT:]}
 
 
 def history_from_table(value: Any) -> list[Entry]:

@@ -24,6 +24,7 @@ from store.memory import InMemoryStore
 from streams.engine.aggregator import AggregateState, RollingAggregator
 from streams.engine.embedder import Embedder
 from streams.engine.models import EngineModels
+from streams.engine.state import LEDGER
 from streams.engine.steps import speculate as speculate_steps
 from streams.engine.steps import verify as verify_step
 from streams.engine.steps.embed import EmbedInput, embed_input, embed_isolating, embedding_batch
@@ -148,7 +149,7 @@ def test_verify_agent_drops_pairs_with_a_nonfinite_vm_score_and_keeps_the_rest(
         assert all(np.isfinite(b.scores).all() for b in out)
         assert dead_letters(parts, sent) == []
         ledger = table_data(app, "ledger")
-        assert sorted(i for i, _ in ledger[7]["pairs"]) == [1, 2]  # the NaN pair not recorded
+        assert sorted(LEDGER.load(ledger[7]).pairs) == [1, 2]  # the NaN pair not recorded
         assert 8 not in ledger
 
     with caplog.at_level("WARNING", logger="streams.live.agents.verify"):

@@ -18,6 +18,7 @@ import pytest
 from schemas.records import DeadLetter, ImpressionEvent, ProposalBatch, RequestEvent
 from store.memory import InMemoryStore
 from streams.engine.models import EngineModels
+from streams.engine.state import LEDGER
 from streams.live.app import create_app
 from streams.live.components import Components
 from streams.settings import Settings
@@ -163,12 +164,8 @@ def test_verify_agent_sends_then_saves_the_ledger_and_skips_redeliveries(
         await put(app, "verify", [enc(proposals("r1", T0, (1, 2)))])  # a redelivery
         out = [parts.codec.decode(v, ProposalBatch) for v in sent.by_topic["agents-unit.verified"]]
         assert [b.item_ids for b in out] == [(1, 2), (3,)]
-        saved = table_data(app, "ledger")[7]
-        assert saved["requests"] == ["r1", "r2"] and sorted(i for i, _ in saved["pairs"]) == [
-            1,
-            2,
-            3,
-        ]
+        saved = LEDGER.load(table_data(app, "ledger")[7])
+        assert saved.requests == ["r1", "r2"] and sorted(saved.pairs) == [1, 2, 3]
 
     run(body, monkeypatch)
 

@@ -23,6 +23,7 @@ from streams.engine.errors import StepError
 from streams.engine.history import Entry
 from streams.engine.ledger import Confirmed
 from streams.engine.neighbours import UserRepresentations
+from streams.engine.packed import FLOAT32, pack, unpack
 from streams.engine.recurrence import PairMemory
 from streams.engine.stages import Stages, recorded
 from streams.engine.steps.history import recent_positive_items
@@ -88,14 +89,19 @@ class SavedRep:
     version_tag: int | None = None
 
     def to_json(self) -> list[object]:
-        return [self.vector, self.seen_at_ms, self.version_tag]
+        """``[packed float32 vector, seen at, version tag]`` (the vector's values are float32:
+        the representations are)."""
+        return [pack(self.vector, FLOAT32), self.seen_at_ms, self.version_tag]
 
     @classmethod
     def from_json(cls, value: Any) -> SavedRep | None:
+        """A table value; one written before 2026-12-07 holds the vector as a JSON list."""
         if not value:
             return None
         tag = value[2] if len(value) > 2 and value[2] is not None else None
-        return cls([float(x) for x in value[0]], int(value[1]), None if tag is None else int(tag))
+        raw = value[0]
+        vector = unpack(raw, FLOAT32).tolist() if isinstance(raw, str) else [float(x) for x in raw]
+        return cls(vector, int(value[1]), None if tag is None else int(tag))
 
 
 def restore_representation(reps: UserRepresentations, user_id: int, saved: SavedRep) -> bool:
