@@ -9,7 +9,9 @@ of one), side by side in one run, and reports the CPU µs per message of each an
 - speculate: the traffic's requests, state kept in dicts (as the simulator keeps it);
 - verify: the proposals the speculate run made, scored by the bundle's VM; the time spent in
   the VM's ONNX call is reported apart (live it runs in a thread, off the event loop), so
-  ``python`` is what the event loop pays;
+  ``python`` is what the event loop pays. Users have no history and no embedding came back
+  (the cheapest inputs: cutting each history before its request, which live does, is left
+  out);
 - aggregate: one FM message per verified request, with random vectors of the FM's width and
   the live dtype (the fold does not look at the values).
 
