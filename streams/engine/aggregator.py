@@ -16,7 +16,6 @@ that version: a redelivery from before the switch), which is dropped and counted
 
 from __future__ import annotations
 
-import base64
 import bisect
 import logging
 from collections.abc import Iterable, Iterator
@@ -29,23 +28,21 @@ from schemas.records import EmbeddingBatch, PairEmbedding, UserAggregate
 from schemas.vectors import VectorDtype
 from streams.engine.embedded_runs import EmbeddedRun, runs_of
 from streams.engine.errors import StepError
+from streams.engine.packed import FLOAT64, INT64, pack, unpack
 
 log = logging.getLogger(__name__)
 #: versions a state remembers having left (an upgrade and a rollback or two)
 MAX_RETIRED = 4
 
 
-#: an encoded bucket's keys: little-endian int64 ``(item, event time)`` pairs, base64
-_KEY = np.dtype("<i8")
-
-
 def _encode_keys(keys: Iterable[tuple[int, int]]) -> str:
-    pairs = np.array(sorted(keys), dtype=_KEY).reshape(-1, 2)  # sorted: the same bytes each run
-    return base64.b64encode(pairs.tobytes()).decode()
+    """A bucket's keys as packed int64 ``(item, event time)`` pairs, sorted (the same text
+    each run)."""
+    return pack(np.array(sorted(keys), dtype=INT64).reshape(-1, 2), INT64)
 
 
 def _decode_keys(text: str) -> set[tuple[int, int]]:
-    pairs = np.frombuffer(base64.b64decode(text), _KEY).reshape(-1, 2)
+    pairs = unpack(text, INT64, 2)
     return set(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
 
 
@@ -184,7 +181,7 @@ class AggregateState:
             "b": {
                 str(k): [
                     c,
-                    base64.b64encode(s.astype("<f8").tobytes()).decode(),
+                    pack(s, FLOAT64),
                     self.seen.encoded(k),
                 ]
                 for k, (c, s) in self.buckets.items()
@@ -198,10 +195,7 @@ class AggregateState:
     def from_json(cls, data: dict[str, Any] | None) -> AggregateState:
         if not data:
             return cls()
-        buckets = {
-            int(k): (int(v[0]), np.frombuffer(base64.b64decode(v[1]), "<f8").copy())
-            for k, v in data["b"].items()
-        }
+        buckets = {int(k): (int(v[0]), unpack(v[1], FLOAT64).copy()) for k, v in data["b"].items()}
         return cls(
             buckets,
             int(data["n"]),

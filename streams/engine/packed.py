@@ -5,7 +5,8 @@ user and encoded again when it writes it back (then sent to the changelog). A re
 of 64 floats as a JSON list costs ~35 µs each way and 1.3 kB; as base64 float32 it costs ~7 µs
 and 370 bytes. A ledger's (item, event time) pairs pack too (13-digit times: fewer bytes, ~half
 the time). Lists of small ids do not: int64 text is longer than their JSON digits, so the
-history and the pair memory stay JSON lists. The aggregate state packs its sums and keys.
+history and the pair memory stay JSON lists. The aggregate state packs its sums (float64)
+and its counted keys (int64 pairs) with the same two functions.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 INT64 = np.dtype("<i8")
 FLOAT32 = np.dtype("<f4")
+FLOAT64 = np.dtype("<f8")
 
 
 def pack(values: np.ndarray | list[int] | list[float], dtype: np.dtype) -> str:

@@ -13,13 +13,7 @@ import faust
 import numpy as np
 import pytest
 
-from schemas.records import (
-    DeadLetter,
-    EmbeddingBatch,
-    PairEmbedding,
-    ProposalBatch,
-    RequestEvent,
-)
+from schemas.records import DeadLetter, EmbeddingBatch, PairEmbedding, ProposalBatch, RequestEvent
 from store.memory import InMemoryStore
 from streams.engine.aggregator import AggregateState, RollingAggregator
 from streams.engine.embedder import Embedder
@@ -205,8 +199,7 @@ def test_aggregate_agent_dead_letters_only_the_message_whose_step_raises(
     real = RollingAggregator.add
 
     def failing(self: RollingAggregator, state: AggregateState, embs: Any) -> Any:
-        # the agent hands the FM worker's message over whole (one run, no record per pair)
-        assert isinstance(embs, EmbeddingBatch)
+        assert isinstance(embs, EmbeddingBatch), "the agent hands over the FM's message whole"
         if POISON in embs.item_ids:
             raise RuntimeError("aggregation blew up")
         return real(self, state, embs)

@@ -32,8 +32,8 @@ from typing import Any
 
 from streams.engine.aggregator import AggregateState
 from streams.engine.config import EngineConfig
-from streams.engine.packed import INT64, unpack
 from streams.engine.recurrence import PairMemory
+from streams.engine.state import ledger_from_table
 from streams.engine.steps.speculate import SavedRep
 from streams.engine.steps.verify import LedgerState
 
@@ -56,11 +56,7 @@ def ledger_newest_ms(value: Any) -> int | None:
     """Newest event time in a ledger table value (``{"p": packed pairs, ...}``, or the older
     ``{"pairs": [[item, t]], ...}`` and list-only forms); None when it holds no pair (nothing
     tells its age: kept)."""
-    if isinstance(value, dict) and "p" in value:
-        times = unpack(value["p"], INT64, 2)[:, 1]
-        return int(times.max()) if len(times) else None
-    pairs = value.get("pairs", []) if isinstance(value, dict) else (value or [])
-    return max((int(t) for _, t in pairs), default=None)
+    return max(ledger_from_table(value).pairs.values(), default=None)
 
 
 def aggregates_newest_ms(value: Any) -> int | None:
