@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import uuid
@@ -38,6 +36,7 @@ from tests.integration.live_harness import (
     read_topic,
     wait_drained,
 )
+from tests.integration.redis_instance import own_redis
 from tests.integration.value_parity import simulated_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -147,21 +146,6 @@ def test_kill9_mid_replay_loses_nothing(
         np.testing.assert_array_equal(got[u][2], v.array())
 
 
-def _freeze_redis(settings: Settings) -> tuple[Any, Any]:
-    """(freeze, thaw) callables: SIGSTOP/SIGCONT of our Redis, else CLIENT PAUSE."""
-    from urllib.parse import urlparse
-
-    port = urlparse(settings.store_url).port or 6379
-    pid_file = settings.cache_dir / "run" / f"redis-{port}" / "redis.pid"
-    if pid_file.is_file():
-        pid = int(pid_file.read_text().strip())
-        return (lambda: os.kill(pid, signal.SIGSTOP)), (lambda: os.kill(pid, signal.SIGCONT))
-    client = redis.Redis.from_url(settings.store_url)
-    return (lambda: client.execute_command("CLIENT", "PAUSE", 9000, "ALL")), (
-        lambda: client.execute_command("CLIENT", "UNPAUSE")
-    )
-
-
 def test_redis_outage_ranker_answers_and_writers_lose_nothing(
     traffic: Path, bundle: Path, tmp_path: Path
 ) -> None:
@@ -169,28 +153,46 @@ def test_redis_outage_ranker_answers_and_writers_lose_nothing(
     from streams.live.report import live_summary
     from streams.replay import replay_file
 
-    base = Settings()
-    require_kafka_and_redis(base)
-    settings = live_settings(base, uuid.uuid4().hex[:10], bundle)
+    require_kafka_and_redis(Settings())
     requests = load_requests(traffic)
     span_s = (int(requests.event_time_ms.max()) - int(requests.event_time_ms.min())) / 1000
-    freeze, thaw = _freeze_redis(settings)
     procs: Procs
-    with pipeline(settings, tmp_path) as procs:
-        replayer = threading.Thread(target=replay_file, args=(settings, traffic, span_s / 12.0))
-        replayer.start()
-        time.sleep(3.0)
-        freeze()
-        try:
-            time.sleep(8.0)  # longer than the writers' 5 s socket timeout
-            procs.alive()
-        finally:
-            thaw()
-        replayer.join(timeout=120)
-        wait_drained(settings, procs)
-        procs.stop_all()
-        pipeline_log = procs.log("pipeline") + procs.log("fm")
-    summary = live_summary(settings)
+    # a private server: freezing the shared one would stall every test running beside this one
+    with own_redis(tmp_path / "redis") as rds:
+        base = Settings().model_copy(update={"store_url": rds.url})
+        settings = live_settings(base, uuid.uuid4().hex[:10], bundle)
+        with pipeline(settings, tmp_path) as procs:
+            replayer = threading.Thread(target=replay_file, args=(settings, traffic, span_s / 12.0))
+            replayer.start()
+            time.sleep(3.0)
+            rds.freeze()
+            try:
+                time.sleep(8.0)  # longer than the writers' 5 s socket timeout
+                procs.alive()
+                assert shared_redis_answers(), "the shared Redis froze with the private one"
+            finally:
+                rds.thaw()
+            replayer.join(timeout=120)
+            wait_drained(settings, procs)
+            procs.stop_all()
+            pipeline_log = procs.log("pipeline") + procs.log("fm")
+        summary = live_summary(settings)
+        check_outage_run(settings, summary, requests, pipeline_log)
+
+
+def shared_redis_answers() -> bool:
+    """The Redis every other test uses still answers a PING within 2 s."""
+    client = redis.Redis.from_url(Settings().store_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
+
+
+def check_outage_run(
+    settings: Settings, summary: dict[str, Any], requests: Any, pipeline_log: str
+) -> None:
+    """The ranker answered through the outage, and the writers lost nothing once Redis was back."""
     assert summary["requests"] == len(requests)  # the ranker answered every request
     assert summary["reader_timeouts"] + summary["reader_store_errors"] > 0  # and saw the outage
     assert summary["coverage"]["missing"] > 0
