@@ -192,9 +192,10 @@ class EngineFields(BaseModel):
     agent_sends: Literal["librdkafka", "faust"] = Field(
         "librdkafka",
         description=(
-            "How the workers' agents produce: librdkafka (confluent-kafka, Faust's key hash; "
-            "~4 us a message) or Faust's own producer (aiokafka; ~200 us a message, measured "
-            "in the FM worker). Both deliver before a batch's events are acked."
+            "How the workers' agents and table changelogs produce: librdkafka "
+            "(confluent-kafka, Faust's key hash; ~4 us a message) or Faust's own producer "
+            "(aiokafka; ~200 us a message, measured in the FM worker). Both deliver before a "
+            "batch's events are acked."
         ),
     )
     producer_linger_ms: float = Field(

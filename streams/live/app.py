@@ -35,6 +35,7 @@ from streams.kafka_security import faust_credentials
 from streams.live import faust_commits, faust_fastpath, faust_fetch, table_expiry
 from streams.live.agents import aggregate, embed, history, requests, verify, web
 from streams.live.agents.context import AgentContext
+from streams.live.changelog_sends import install_changelog_producer
 from streams.live.components import Components
 from streams.live.neighbours_job import NeighbourRefresher, snapshot_name
 from streams.live.sends import sender_for
@@ -164,6 +165,7 @@ def create_app(
     clock = EventClock(settings.max_future_ms, ClockRule(settings.event_clock))
     ctx = AgentContext(app, settings, parts, topics, tables, clock, sender_for(settings, topics))
     for table in tables.values():
+        install_changelog_producer(table, ctx.sender)  # librdkafka, as the agents' sends
         ctx.record_changelog(table)
     register_agents(ctx, roles, aid)
     table_expiry.register(ctx, roles)

@@ -30,7 +30,8 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Producer
@@ -48,8 +49,18 @@ POLL_S = 0.05
 FLUSH_S = 10.0
 
 
-#: one delivery report: the loop waiting on it, its future, the broker's error, the topic
-_Report = tuple[asyncio.AbstractEventLoop, asyncio.Future[None], KafkaError | None, str]
+#: called on the loop with a delivered message's offset (before its future is settled)
+OnDelivered = Callable[[int], None]
+#: one delivery report: the loop waiting on it, its future, the broker's error, the topic, the
+#: message's offset and who wants it
+_Report = tuple[
+    asyncio.AbstractEventLoop,
+    asyncio.Future[None],
+    KafkaError | None,
+    str,
+    int,
+    OnDelivered | None,
+]
 
 
 class DeliveryFailed(RuntimeError):
@@ -137,12 +148,7 @@ class LibrdkafkaSender:
         name = self.settings.topic(topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-
-        reports = self._reports
-
-        def report(err: KafkaError | None, _msg: Any) -> None:
-            reports.append((loop, done, err, name))  # settled at the poll's hand-over
-
+        report = self._reporter(loop, done, name, None)
         timestamp = 0 if timestamp_ms is None else int(timestamp_ms)  # 0: librdkafka's "now"
         while True:
             try:
@@ -150,6 +156,48 @@ class LibrdkafkaSender:
                 return done
             except BufferError:  # the local queue is full: let deliveries drain it
                 await asyncio.sleep(QUEUE_FULL_WAIT_S)
+
+    def produce_now(
+        self,
+        name: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        on_delivered: OnDelivered | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> asyncio.Future[None]:
+        """Queue one message to the full topic ``name``'s ``partition`` without yielding to
+        the loop (for callers that cannot await, such as Faust's table changelog hook); a
+        full local queue blocks the caller until deliveries drain it. ``on_delivered`` gets the
+        message's offset on the loop, before the future is settled."""
+        producer = self._started()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        report = self._reporter(loop, done, name, on_delivered)
+        while True:
+            try:
+                producer.produce(
+                    name, value, key, partition=partition, on_delivery=report, headers=headers
+                )
+                return done
+            except BufferError:
+                time.sleep(QUEUE_FULL_WAIT_S)
+
+    def _reporter(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        done: asyncio.Future[None],
+        name: str,
+        on_delivered: OnDelivered | None,
+    ) -> Callable[[KafkaError | None, Any], None]:
+        """librdkafka's delivery callback for one message (runs in the delivery thread)."""
+        reports = self._reports
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            offset = -1 if on_delivered is None or err is not None else msg.offset()
+            reports.append((loop, done, err, name, offset, on_delivered))
+
+        return report
 
     def pending(self) -> int:
         """Messages queued or in flight (not yet reported)."""
@@ -171,10 +219,16 @@ class LibrdkafkaSender:
 
 def _settle_all(reports: list[_Report]) -> None:
     """On the loop: each report's future done, or failed with the broker's error."""
-    for _loop, done, err, topic in reports:
+    for _loop, done, err, topic, offset, on_delivered in reports:
         if done.done():
             continue
         if err is None:
+            try:
+                if on_delivered is not None:
+                    on_delivered(offset)
+            except Exception as exc:  # e.g. the table store refused the offset: batch reruns
+                done.set_exception(exc)
+                continue
             done.set_result(None)
         else:
             done.set_exception(DeliveryFailed(f"delivery to {topic} failed: {err}"))

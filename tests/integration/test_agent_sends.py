@@ -153,3 +153,37 @@ def test_the_deliveries_of_one_poll_wake_the_event_loop_once_not_once_a_message(
         sender.close()
     # 800 messages in a few produce requests (2 partitions, 5 ms linger): a handful of polls
     assert 1 <= wakeups <= 80, wakeups
+
+
+def test_produce_now_lands_in_the_named_partition_and_reports_each_offset(
+    test_settings: Settings,
+) -> None:
+    """The changelog path: no await to queue, the caller's partition (not the key's hash), and
+    each delivered offset handed over before the message's future settles."""
+    settings = test_settings.model_copy(update={"topic_partitions": 3})
+    create_topics(settings, names=("verified",))
+    name = settings.topic("verified")
+    sender = LibrdkafkaSender(settings)
+    offsets: list[tuple[int, int]] = []
+
+    async def produce_all() -> list[bool]:
+        futures = []
+        for i, key in enumerate(KEYS[:30]):
+            part = i % 3
+
+            def seen(offset: int, part: int = part) -> None:
+                offsets.append((part, offset))
+
+            futures.append(sender.produce_now(name, key, b"v%d" % i, part, on_delivered=seen))
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        return [f.done() for f in futures]
+
+    try:
+        assert all(asyncio.run(produce_all()))
+    finally:
+        sender.close()
+    got = read_back(settings, name, 3, 30)
+    assert sorted((p, int(v[1:]) % 3) for p, _, v, _ in got) == sorted(
+        (i % 3, i % 3) for i in range(30)
+    )
+    assert sorted(offsets) == [(p, o) for p in range(3) for o in range(10)]

@@ -7,11 +7,13 @@ worker then and the partition's next owner restores older state. Seen once in th
 fault test at load 6-11: two users' stored aggregates held 10 and 88 pairs where the run's own
 ``embeddings`` fold to 44 and 131.
 
-Here the window is made wide on purpose: the first aggregate worker's buffered sends each take
-0.3 s (a ``sitecustomize`` on the child's ``PYTHONPATH`` wraps Faust's buffer; the code under
-test is unchanged). Embeddings go in, the group commits them all, the worker is killed at once,
-a fresh worker takes over, one more embedding per user goes in, and every user's stored
-aggregate must equal the one folded from the topic.
+Here the window is made wide on purpose, on both changelog paths (``SOLARIS_AGENT_SENDS``):
+with Faust's producer each buffered send of the first aggregate worker takes 0.3 s (a
+``sitecustomize`` on the child's ``PYTHONPATH`` wraps Faust's buffer; the code under test is
+unchanged); with librdkafka (the default) every message lingers 0.3 s in librdkafka's queue.
+Embeddings go in, the group commits them all, the worker is killed at once, a fresh worker
+takes over, one more embedding per user goes in, and every user's stored aggregate must equal
+the one folded from the topic.
 """
 
 from __future__ import annotations
@@ -94,15 +96,30 @@ def _wait_committed(settings: object, group: str, timeout_s: float = 120) -> Non
     raise TimeoutError(f"{group} did not commit every embedding in {timeout_s:.0f} s")
 
 
+def _slowed_first_worker(sends: str, tmp_path: Path) -> dict[str, str]:
+    """The first worker's environment: its changelog sends made slow on the path ``sends``
+    names. Faust's buffer is wrapped; librdkafka holds every message 300 ms in its own queue
+    (its linger), so a batch acked before its deliveries would lose them to the kill."""
+    from streams.settings import REPO_ROOT
+
+    env = {"SOLARIS_STATE_DIR": str(tmp_path / "first"), "SOLARIS_AGENT_SENDS": sends}
+    if sends == "librdkafka":
+        return {**env, "SOLARIS_PRODUCER_LINGER_MS": "300"}
+    slow = tmp_path / "slow-changelog"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_CHANGELOG.format(delay=0.3, marker=SLOWED))
+    return {**env, "PYTHONPATH": f"{slow}:{REPO_ROOT}"}
+
+
+@pytest.mark.parametrize("sends", ["librdkafka", "faust"])
 def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
-    bundle: Path, tmp_path: Path
+    bundle: Path, tmp_path: Path, sends: str
 ) -> None:
     import redis
 
     from store.keys import KeyLayout
     from store.values import decode_vector
     from streams.lag import wait_for_groups
-    from streams.settings import REPO_ROOT
     from streams.topics import create_topics
     from tests.integration.fault_harness import FaultProcs
     from tests.integration.live_harness import fresh_live_settings
@@ -112,21 +129,15 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     version = json.loads((bundle / "meta.json").read_text())["model_version"]
     dim = settings.embedding_dim
     group = f"{settings.topic_prefix}-pipeline"
-    slow = tmp_path / "slow-changelog"
-    slow.mkdir()
-    (slow / "sitecustomize.py").write_text(SLOW_CHANGELOG.format(delay=0.3, marker=SLOWED))
     create_topics(settings)
     procs = FaultProcs(settings, tmp_path)
     try:
         procs.start(
-            "first",
-            "worker",
-            "--agents",
-            "aggregate",
-            env={"SOLARIS_STATE_DIR": str(tmp_path / "first"), "PYTHONPATH": f"{slow}:{REPO_ROOT}"},
+            "first", "worker", "--agents", "aggregate", env=_slowed_first_worker(sends, tmp_path)
         )
         wait_for_groups(settings, [group], timeout_s=120)
-        assert SLOWED in procs.log("first"), "the first worker's sends were not slowed"
+        if sends == "faust":
+            assert SLOWED in procs.log("first"), "the first worker's sends were not slowed"
         _produce(settings, [_embedding(u, n, version, dim) for n in range(ROUNDS) for u in USERS])
         _wait_committed(settings, group)
         procs.kill9("first")  # at once: its buffered changelog sends die with it
