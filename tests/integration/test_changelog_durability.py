@@ -128,23 +128,6 @@ def _persisted_offsets(state_dir: Path, table: str) -> dict[int, int]:
     return out
 
 
-def _last_offsets(settings: object, topic: str, partitions: int) -> dict[int, int]:
-    """The offset of each partition's newest message."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "durability-watermarks"}  # type: ignore[attr-defined]
-    )
-    try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
-    finally:
-        consumer.close()
-    return {p: end - 1 for p, end in ends.items() if end > 0}
-
-
 @pytest.mark.parametrize("sends", ["librdkafka", "faust"])
 def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     bundle: Path, tmp_path: Path, sends: str
@@ -158,6 +141,7 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     from tests.integration.fault_harness import FaultProcs
     from tests.integration.live_harness import fresh_live_settings
     from tests.integration.nothing_lost import folded_aggregates
+    from tests.integration.redis_fault_helpers import end_offsets
 
     settings = fresh_live_settings(bundle, partitions=2)
     version = json.loads((bundle / "meta.json").read_text())["model_version"]
@@ -189,10 +173,9 @@ def test_killed_worker_leaves_every_committed_table_update_to_the_next_owner(
     finally:
         procs.stop_all()
     # the next restart replays each changelog partition from its end, not from the start
-    changelog = f"{group}-aggregates-changelog"
-    assert _persisted_offsets(tmp_path / "second", "aggregates") == _last_offsets(
-        settings, changelog, 2
-    )
+    ends = end_offsets(settings, f"{group}-aggregates-changelog")
+    newest = {p: end - 1 for p, end in ends.items() if end > 0}
+    assert _persisted_offsets(tmp_path / "second", "aggregates") == newest
     _, folded = folded_aggregates(settings)
     layout = KeyLayout(settings.key_prefix)
     client = redis.Redis.from_url(settings.store_url)
