@@ -160,6 +160,9 @@ def test_redis_restart_mid_replay_recovers(
         )
 
 
+#: a read-latency bound: beside other test processes a loaded CI machine broke it (read p99
+#: 44.6 ms against 35.1 allowed, stop 45's CI run), so it runs with the other `timing` tests
+@pytest.mark.timing
 def test_redis_black_holed_reads_meet_deadline_and_writes_lose_nothing(
     dense_traffic: Path, bundle: Path, tmp_path: Path
 ) -> None:
