@@ -37,7 +37,7 @@ from streams.engine.steps.expiry import EXPIRING_TABLES, dead_states
 from streams.engine.steps.history import observe_impression
 from streams.engine.steps.neighbours import NeighbourState, neighbours_step
 from streams.engine.steps.speculate import SavedRep, SpeculateInputs, speculate_step
-from streams.engine.steps.state import user_states
+from streams.engine.steps.state import computed_states, user_states
 from streams.engine.steps.verify import LedgerState, verify_requests
 from streams.simulate.config import SimConfig
 from streams.simulate.evaluation import EvalRows
@@ -203,12 +203,13 @@ class Simulator:
         # the live embed agent's path (message → FM inputs → records) and its output check: a
         # message whose vectors are not finite in the stored dtype is refused whole (live: it
         # is dead-lettered alone) and nothing of it is stored
-        embeddings = self.stages.embedder.embed_messages([item.batch], [item.history])
+        embedder = self.stages.embedder
+        embeddings, states = embedder.embed_messages_with_states([item.batch], [item.history])
         if nonfinite_output(item, embeddings) is not None:
             self.refused_outputs += 1
             return
         self.store.write_pairs(embeddings, cfg.pair_ttl_ms)
-        self._write_state(item)
+        self._write_state(item, states)
         self.speculation.on_embedded(len(embeddings))
         step = aggregate_step([embeddings], self._agg_state, self.aggregator)
         self.refused_outputs += len(step.refused)
@@ -246,15 +247,18 @@ class Simulator:
         """The user's embeddings that came back (the aggregate state's record, as live)."""
         return lambda: self.agg_states[user].seen if user in self.agg_states else frozenset()
 
-    def _write_state(self, item: EmbedInput[None]) -> None:
+    def _write_state(self, item: EmbedInput[None], computed: np.ndarray | None) -> None:
         """The user's FM state as of this request, for the state tier (what the live embed
-        agent writes after the message's pairs)."""
+        agent writes after the message's pairs); ``computed``: the state the split FM's run
+        computed for the message (None: the state model runs here)."""
         model = self.models.state
         if model is None or not item.n_pairs:
             return
-        states = user_states(
-            [item], model.states, self.models.fm.model_version, self.stages.embedder.dtype
-        )
+        version, dtype = self.models.fm.model_version, self.stages.embedder.dtype
+        if computed is not None:
+            states = computed_states([item], computed, version, dtype)
+        else:
+            states = user_states([item], model.states, version, dtype)
         self.store.write_states(states.values, self.config.reader.state_ttl_ms)
 
     def on_impression(self, imp: ImpressionEvent) -> None:

@@ -6,26 +6,30 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiokafka.errors
 import faust
 import faust.tables.base
+import numpy as np
 import pytest
 
 from schemas.records import EmbeddingBatch, ProposalBatch
 from store.memory import InMemoryStore
 from store.values import decode_vector
 from streams.engine.embedder import Embedder
+from streams.engine.history import UserHistory
 from streams.engine.models import EngineModels
 from streams.engine.steps.embed import embed_input, embedding_batch
+from streams.engine.steps.state import user_states
 from streams.live.agents.embed import MIN_GROUP_PAIRS, group_pairs
 from streams.live.app import create_app
 from streams.live.components import Components
 from streams.settings import Settings
 from tests.fakes import FakeFM
 from tests.unit.test_agents import Sent, close_current_loop, close_test_loops
+from tests.unit.test_state_tier import FakeState
 
 T0 = 1_700_000_000_000
 
@@ -72,16 +76,18 @@ def run_embed(
     fm: FakeFM | None = None,
     until: Callable[[Any, Sent], bool] = lambda agent, sent: False,
     store: InMemoryStore | None = None,
+    state: Any = None,
 ) -> Any:
     """Feed ``values`` to the embed agent and wait (10 s at most) ``until`` says it is done;
-    returns (sends, components, FM)."""
+    returns (sends, components, FM). ``state``: the state tier's split FM (None: off)."""
     sent = Sent()
     monkeypatch.setattr(faust.Topic, "send", lambda self, **kw: sent.send(self, **kw))
     close_current_loop()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     fm = fm or FakeFM(4)
-    parts = Components(settings, EngineModels(fm), InMemoryStore() if store is None else store)
+    models = EngineModels(fm, state=state)
+    parts = Components(settings, models, InMemoryStore() if store is None else store)
     app = create_app(settings, ["embed"], parts, store="memory://")
     app.finalize()
     app.flow_control.resume()
@@ -143,6 +149,49 @@ def test_embed_messages_equals_embed_over_their_pairs() -> None:
     got = Embedder(FakeFM(4)).embed_messages(msgs, [it.history for it in items])
     assert got == want
     assert Embedder(FakeFM(4)).embed_messages([], []) == []
+
+
+class CountingState(FakeState):
+    """The state tier's split FM, counting the history rows it encodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = 0
+
+    def states(self, event_time_ms: np.ndarray, histories: Sequence[UserHistory]) -> np.ndarray:
+        self.rows += len(histories)
+        return super().states(event_time_ms, histories)
+
+
+def test_states_are_stored_from_the_fm_run_one_history_encoding_per_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the split FM the worker stores the states its FM run computed: the stored state keys
+    equal the simulator's step over one message at a time, and each message's history is
+    encoded once (before: once for the pairs and again for the states)."""
+    settings = Settings(
+        topic_prefix="embed-state", agent_sends="faust", embed_batch_size=64, embed_batch_pairs=40
+    )
+    msgs = verified(40)
+    enc = Components(settings, EngineModels(FakeFM(4)), InMemoryStore()).codec.encode
+    out = "embed-state.embeddings"
+    state = CountingState()
+    _, parts, _ = run_embed(
+        settings,
+        [enc(m) for m in msgs],
+        monkeypatch,
+        until=lambda agent, sent: len(sent.by_topic.get(out, [])) >= len(msgs),
+        state=state,
+    )
+    ref = InMemoryStore()
+    version, dtype = parts.models.fm.model_version, parts.stages.embedder.dtype
+    for m in msgs:
+        one = user_states([embed_input(None, m)], FakeState().states, version, dtype)
+        ref.write_states(one.values, settings.state_ttl_ms)
+    assert ref._data, "no state written by the reference"
+    got = {k: parts.store._data[k][1] for k in ref._data if k in parts.store._data}
+    assert got == {k: v for k, (_, v) in ref._data.items()}
+    assert state.rows == len(msgs)
 
 
 class BrokenFM(FakeFM):

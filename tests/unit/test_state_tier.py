@@ -28,7 +28,7 @@ from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.history import UserHistory
 from streams.engine.models import EngineModels
 from streams.engine.steps.embed import embed_input
-from streams.engine.steps.state import encode_states, state_rows, user_states
+from streams.engine.steps.state import computed_states, encode_states, state_rows, user_states
 from streams.simulate.simulator import Simulator
 from tests.fakes import FakeFM, FakeItems, FakeSolaris, FakeVM
 from tests.unit.test_simulator import DIM as SIM_DIM
@@ -276,3 +276,21 @@ def test_simulator_serves_the_decoded_state_of_the_users_previous_verified_reque
         assert any(np.allclose(got, c, rtol=1e-5, atol=1e-6) for c in candidates), (u, item, t)
         checked += 1
     assert checked > 10
+
+
+def test_states_the_fm_run_computed_equal_a_second_run_of_the_state_model() -> None:
+    """The FM worker stores the states its split FM run already computed (one history encoding
+    per message): the same rows and bytes as running the state model again over the rows."""
+    msgs = [
+        embed_input(None, _batch(u, T0 + t, ([5, 6][:k], [1, 0][:k], [T0 + 10, T0 + 20][:k])))
+        for u, k, t in ((1, 2, 300), (2, 1, 150), (1, 0, 50), (1, 1, 200), (2, 2, 400))
+    ]
+    model = FakeState()
+    per_message = model.states(
+        np.array([m.batch.event_time_ms for m in msgs], np.int64), [m.history for m in msgs]
+    )
+    got = computed_states(msgs, per_message, "fm", VectorDtype.FLOAT16)
+    assert got == user_states(msgs, model.states, "fm", VectorDtype.FLOAT16)
+    assert [u for u, _ in got.values] == [1, 1, 2, 2]  # each user's two newest, older first
+    with pytest.raises(ValueError, match="4 states for 5 messages"):
+        computed_states(msgs, per_message[:4], "fm", VectorDtype.FLOAT16)

@@ -53,6 +53,8 @@ class StateRows:
     users: list[int]
     times: np.ndarray  #: int64 [B]: each user's newest request time
     histories: list[UserHistory]
+    #: int64 [B]: each row's position among the messages it was chosen from
+    index: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,18 +69,19 @@ class StateValues:
 def state_rows(items: Sequence[EmbedInput[Any]]) -> StateRows:
     """Each user's newest messages among ``items`` (up to ``SLOTS``; on equal times the later
     in ``items`` counts as newer), a user's older first."""
-    by_user: dict[int, list[EmbedInput[Any]]] = {}
-    for it in items:
-        by_user.setdefault(it.batch.user_id, []).append(it)
+    by_user: dict[int, list[tuple[int, EmbedInput[Any]]]] = {}
+    for k, it in enumerate(items):
+        by_user.setdefault(it.batch.user_id, []).append((k, it))
     rows = [
-        it
+        row
         for its in by_user.values()
-        for it in sorted(its, key=lambda x: x.batch.event_time_ms)[-SLOTS:]  # stable on ties
+        for row in sorted(its, key=lambda x: x[1].batch.event_time_ms)[-SLOTS:]  # stable on ties
     ]
     return StateRows(
-        [it.batch.user_id for it in rows],
-        np.array([it.batch.event_time_ms for it in rows], np.int64),
-        [it.history for it in rows],
+        [it.batch.user_id for _, it in rows],
+        np.array([it.batch.event_time_ms for _, it in rows], np.int64),
+        [it.history for _, it in rows],
+        np.array([k for k, _ in rows], np.int64),
     )
 
 
@@ -110,3 +113,20 @@ def user_states(
     if not rows.users:
         return StateValues([], 0)
     return encode_states(rows, run(rows.times, rows.histories), model_version, dtype)
+
+
+def computed_states(
+    items: Sequence[EmbedInput[Any]],
+    states: np.ndarray,
+    model_version: str,
+    dtype: VectorDtype,
+) -> StateValues:
+    """:func:`user_states` from the states the FM run already computed, ``states[k]`` being
+    ``items[k]``'s (:meth:`~streams.engine.embedder.Embedder.run_with_states`): the same rows
+    and values without a second pass of the history encoder."""
+    if len(states) != len(items):
+        raise ValueError(f"{len(states)} states for {len(items)} messages")
+    rows = state_rows(items)
+    if not rows.users:
+        return StateValues([], 0)
+    return encode_states(rows, states[rows.index], model_version, dtype)

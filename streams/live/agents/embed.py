@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+import numpy as np
 
 from schemas.records import PairEmbedding, ProposalBatch
 from streams.engine.steps.embed import (
@@ -58,7 +59,7 @@ from streams.engine.steps.embed import (
     embedding_batch,
     past_pair_ttl,
 )
-from streams.engine.steps.state import encode_states, state_rows
+from streams.engine.steps.state import computed_states, encode_states, state_rows
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, user_key
 from streams.live.offload import MODEL_POOL, in_pool
@@ -107,6 +108,10 @@ class EmbedAgent:
         self.parts = ctx.parts
         #: running mean of pairs per message, to size the groups of the next batch
         self.pairs_per_message = 8.0
+        #: the state of each message the split FM embedded in the running batch, by the
+        #: message's ``id`` (its EmbedInput lives until the batch ends, which clears this): the
+        #: state tier stores these instead of running the history encoder again
+        self.message_states: dict[int, np.ndarray] = {}
 
     async def fm(self, items: list[EmbedInput[Any]]) -> list[PairEmbedding]:
         """One FM call: inputs and records built here, only the model in the model thread
@@ -117,7 +122,9 @@ class EmbedAgent:
         )
         if not len(prepared):
             return []
-        vectors = await in_pool(MODEL_POOL, embedder.run, prepared)
+        vectors, states = await in_pool(MODEL_POOL, embedder.run_with_states, prepared)
+        if states is not None:
+            self.message_states.update(zip(map(id, items), states, strict=True))
         return embedder.records(prepared, vectors)
 
     async def embed_group(self, group: list[EmbedInput[Any]]) -> EmbedOutcome[Any]:
@@ -158,19 +165,26 @@ class EmbedAgent:
         as the simulator's). A state model failure loses only these states (counted): the
         users keep their older state and every pair is already stored."""
         model = self.parts.models.state
-        if model is None:
+        if model is None or not items:
             return
-        rows = state_rows(items)
-        try:
-            raw = await in_pool(MODEL_POOL, model.states, rows.times, rows.histories)
-        except INFRA_ERRORS:
-            raise
-        except Exception as exc:
-            metrics.STATE_ERRORS.labels("model").inc(len(rows.users))
-            log.warning("user states not computed", extra={"error": str(exc)})
-            return
-        dtype = self.parts.stages.embedder.dtype
-        states = encode_states(rows, raw, self.parts.models.fm.model_version, dtype)
+        dtype, version = self.parts.stages.embedder.dtype, self.parts.models.fm.model_version
+        try:  # the FM run computed them (the split FM), or else the state model runs here
+            known = np.stack([self.message_states[id(it)] for it in items])
+        except KeyError:
+            known = None
+        if known is not None:
+            states = computed_states(items, known, version, dtype)
+        else:
+            rows = state_rows(items)
+            try:
+                raw = await in_pool(MODEL_POOL, model.states, rows.times, rows.histories)
+            except INFRA_ERRORS:
+                raise
+            except Exception as exc:
+                metrics.STATE_ERRORS.labels("model").inc(len(rows.users))
+                log.warning("user states not computed", extra={"error": str(exc)})
+                return
+            states = encode_states(rows, raw, version, dtype)
         if states.nonfinite:
             metrics.STATE_ERRORS.labels("nonfinite").inc(states.nonfinite)
         if states.values:
@@ -266,6 +280,7 @@ class EmbedAgent:
                 await delivery
         finally:
             await _cancel(tasks)
+            self.message_states.clear()
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
