@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 
 import numpy as np
@@ -21,6 +22,7 @@ from schemas.records import (
     UserAggregate,
 )
 from schemas.registry import ENTRIES, load_schema_json, wire_id_of
+from schemas.validation import all_finite, all_non_negative
 from schemas.vectors import VectorDtype, VectorSizeError, from_bytes
 
 T0 = 1_700_000_000_000
@@ -99,6 +101,8 @@ def test_trailing_bytes_are_rejected() -> None:
         (PairProposal("r", 1, 2, T0, "c", float("nan")), "score"),
         (NeighbourList(1, T0, (2, 3), (0.1,)), "weights"),
         (NeighbourList(1, T0, (2,), (float("inf"),)), "weights"),
+        (NeighbourList(1, T0, (2, 3, 4), (0.1, float("nan"), 0.2)), "weights"),
+        (RequestEvent("r", 1, T0, "feed", (3, -1, 4)), "candidates"),
     ],
 )
 def test_invalid_fields_are_named(record: object, field: str) -> None:
@@ -155,9 +159,23 @@ def test_batches_round_trip_and_split_into_pairs() -> None:
     ("kwargs", "field"),
     [
         ({"scores": (float("nan"), 0.1)}, "scores"),
+        ({"scores": (0.1, float("-inf"))}, "scores"),
         ({"strategies": ("c",)}, "strategies"),
         ({"history_times_ms": (T0,)}, "history_times_ms"),
+        (
+            {
+                "history_items": (3, 4),
+                "history_labels": (0, 1),
+                "history_times_ms": (T0 + 1, T0 - 1),
+            },
+            "history_times_ms",
+        ),
         ({"history_labels": ()}, "history_labels"),
+        ({"item_ids": (1, -2)}, "item_ids"),
+        ({"prior_counts": (0.5, float("nan")), "pair_counts": (0, 1)}, "prior_counts"),
+        ({"prior_counts": (float("inf"), 0.0), "pair_counts": (0, 1)}, "prior_counts"),
+        ({"prior_counts": (0.5, -0.5), "pair_counts": (0, 1)}, "prior_counts"),
+        ({"prior_counts": (0.5, 1.0), "pair_counts": (-1, 1)}, "pair_counts"),
     ],
 )
 def test_proposal_batch_rules(kwargs: dict, field: str) -> None:
@@ -202,3 +220,27 @@ def test_a_proposal_batch_of_schema_v1_still_decodes_without_recurrence_inputs()
     got = Codec().decode(buf.getvalue(), ProposalBatch)
     assert got == old and got.prior_counts == () and got.pair_counts == ()
     assert Codec().encode(old)[1:5] == struct.pack(">I", 10)  # new messages are written as v2
+
+
+def test_the_fast_finiteness_check_equals_the_check_of_each_value() -> None:
+    """``all_finite`` decides by one ``sum`` where it can; it must agree with checking each
+    value, wherever the NaN or infinity sits and when finite values overflow the sum."""
+    nan, inf = float("nan"), float("inf")
+    cases = [
+        (),
+        (0.0,),
+        (1.0, 2.5, -3.0),
+        (1e308, 1e308),  # finite, but their sum overflows
+        (-1e308, -1e308, 5.0),
+        (nan,),
+        (1.0, nan),
+        (inf, -inf),
+        (1e308, 1e308, nan),
+        (-inf, 1.0),
+        (1, 2, 3),
+    ]
+    for values in cases:
+        want = all(math.isfinite(v) for v in values)
+        assert all_finite(values) is want, values
+    assert all_non_negative(()) and all_non_negative((0, 3)) and all_non_negative((0.0, 2.5))
+    assert not all_non_negative((3, -1)) and not all_non_negative((-0.5,))
