@@ -96,6 +96,8 @@ class PreparedPairs:
     inputs: dict[str, np.ndarray] | None
     histories: Sequence[UserHistory] = ()
     messages: MessageInputs | None = None
+    #: float32 ``[M, width]``: each message's state, once the split FM ran (:meth:`Embedder.run`)
+    states: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.users.shape[0])
@@ -151,12 +153,12 @@ class Embedder:
     def embed_messages_with_states(
         self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
     ) -> tuple[list[PairEmbedding], np.ndarray | None]:
-        """:meth:`embed_messages` and each message's state (:meth:`run_with_states`)."""
+        """:meth:`embed_messages` and each message's state (None: not the split FM)."""
         prepared = self.prepare_messages(batches, histories)
         if not len(prepared):
             return [], None
-        vectors, states = self.run_with_states(prepared)
-        return self.records(prepared, vectors), states
+        vectors = self.run(prepared)
+        return self.records(prepared, vectors), prepared.states
 
     def prepare_messages(
         self, batches: Sequence[ProposalBatch], histories: Sequence[UserHistory]
@@ -199,18 +201,14 @@ class Embedder:
 
     def run(self, prepared: PreparedPairs) -> np.ndarray:
         """The FM on prepared pairs: embeddings float32 ``[B, dim]`` (thread-safe to call from
-        one model thread while another thread prepares or makes records)."""
-        return self.run_with_states(prepared)[0]
-
-    def run_with_states(self, prepared: PreparedPairs) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`run`, and with the split FM the state of each prepared message as well
-        (float32 ``[M, width]``, None otherwise): the state tier stores those, so the history
-        encoder runs once per message, not once for the pairs and again for the states."""
+        one model thread while another thread prepares or makes records). With the split FM it
+        also leaves each message's state in ``prepared.states``: the state tier stores those,
+        so the history encoder runs once per message, not again for the states."""
         start = time.perf_counter()
         m = prepared.messages
-        states = None
         if m is not None and self.split_model is not None:
             states = self.split_model.states(m.times, m.histories)
+            prepared.states = states
             vectors, _ = self.split_model.decode(prepared.items, states[m.message_of_pair])
         elif prepared.inputs is not None and self._split is not None:
             vectors, _ = self._split.run_prepared(prepared.inputs)
@@ -218,7 +216,7 @@ class Embedder:
             p = prepared
             vectors, _ = self.model.embed(p.users, p.items, p.times, p.histories)
         self.stats.seconds += time.perf_counter() - start
-        return vectors, states
+        return vectors
 
     def records(self, prepared: PreparedPairs, vectors: np.ndarray) -> list[PairEmbedding]:
         """One record per pair (the vectors converted in one call and sliced as bytes, cheaper

@@ -122,8 +122,9 @@ def computed_states(
     dtype: VectorDtype,
 ) -> StateValues:
     """:func:`user_states` from the states the FM run already computed, ``states[k]`` being
-    ``items[k]``'s (:meth:`~streams.engine.embedder.Embedder.run_with_states`): the same rows
-    and values without a second pass of the history encoder."""
+    ``items[k]``'s (``PreparedPairs.states``, filled by
+    :meth:`~streams.engine.embedder.Embedder.run`): the same rows and values without a second
+    pass of the history encoder."""
     if len(states) != len(items):
         raise ValueError(f"{len(states)} states for {len(items)} messages")
     rows = state_rows(items)

@@ -122,9 +122,9 @@ class EmbedAgent:
         )
         if not len(prepared):
             return []
-        vectors, states = await in_pool(MODEL_POOL, embedder.run_with_states, prepared)
-        if states is not None:
-            self.message_states.update(zip(map(id, items), states, strict=True))
+        vectors = await in_pool(MODEL_POOL, embedder.run, prepared)
+        if prepared.states is not None:
+            self.message_states.update(zip(map(id, items), prepared.states, strict=True))
         return embedder.records(prepared, vectors)
 
     async def embed_group(self, group: list[EmbedInput[Any]]) -> EmbedOutcome[Any]:
