@@ -14,7 +14,13 @@ from streams.engine.neighbours import UserRepresentations
 from streams.engine.steps.event_time import ClockRule, EventClock
 from streams.engine.steps.history import RECENT_POSITIVES, observe_impression, recent_positive_items
 from streams.engine.steps.speculate import SavedRep, observe_representation
-from streams.engine.steps.verify import LedgerState, VerifyKnobs, rounds, verify_requests
+from streams.engine.steps.verify import (
+    VERIFIED_REQUESTS_KEPT,
+    LedgerState,
+    VerifyKnobs,
+    rounds,
+    verify_requests,
+)
 from streams.engine.verifier import Verifier
 from tests.fakes import FakeItems, FakeVM
 
@@ -61,6 +67,29 @@ def test_a_redelivered_request_yields_nothing_and_changes_no_state() -> None:
         [batch("r1", 7, T0, (1, 2))], lambda u: led, lambda u: [], None, KNOBS, none_back
     )
     assert res.redelivered and res.out is None and res.ledger is None
+
+
+def test_a_redelivery_whose_id_left_the_remembered_list_is_still_recognised() -> None:
+    """A burst of more than VERIFIED_REQUESTS_KEPT requests of one user, then its oldest ones
+    redelivered (a rebalance before their offsets were committed): the ids list no longer holds
+    them, but they are older than the newest verified request, so they yield nothing. Before,
+    they were verified again and picked the pairs the first pass had left: the join/leave
+    fault test's "pairs verified live but not by the simulator" (user 15's first two requests,
+    18 in the first second of the replay)."""
+    n = VERIFIED_REQUESTS_KEPT + 2
+    burst = [batch(f"r{k}", 7, T0 + k * 1000, (k, 100 + k)) for k in range(n)]
+    state = {7: LedgerState()}
+    for b in burst:  # one request at a time, as the simulator and successive batches do
+        (res,) = verify_requests([b], lambda u: state[u], lambda u: [], None, KNOBS, none_back)
+        assert res.ledger is not None
+        state[7] = res.ledger
+    assert "r0" not in state[7].requests and "r1" not in state[7].requests
+    again = verify_requests(burst[:2], lambda u: state[u], lambda u: [], None, KNOBS, none_back)
+    assert [r.redelivered for r in again] == [True, True]
+    assert all(r.out is None and r.ledger is None for r in again)
+    newest = batch("r-late-but-equal", 7, T0 + (n - 1) * 1000, (999,))
+    (res,) = verify_requests([newest], lambda u: state[u], lambda u: [], None, KNOBS, none_back)
+    assert not res.redelivered and res.out is not None  # same time as the newest: not older
 
 
 def test_verified_batch_carries_history_strictly_before_the_request() -> None:

@@ -4,7 +4,10 @@ known before the request.
 Rules that used to live in the Faust agent (so the simulator did not run them):
 - a redelivered request (its id is in the user's verified list) yields nothing: verifying it
   again would see its own pairs as fresh and pick the next best ones — extra FM work an
-  uninterrupted run never does;
+  uninterrupted run never does. Nor does a request older than the user's newest verified one
+  (:func:`older_than_verified`): a redelivery whose id has left the list (a burst of more than
+  :data:`VERIFIED_REQUESTS_KEPT` of the user's requests inside the uncommitted window), or a
+  request too late to matter;
 - freshness is re-checked against the ledger: a request speculated before the previous one's
   ledger update landed must not embed the same pairs twice;
 - the ledger is returned, not saved: the driver saves it only once the verified batch is
@@ -124,6 +127,20 @@ def rounds(users: Sequence[int]) -> list[int]:
     return out
 
 
+def older_than_verified(b: ProposalBatch, ledger: LedgerState) -> bool:
+    """Whether ``b`` is older than the user's newest verified request (the newest ledger mark:
+    each verified request marks its pairs at its own event time).
+
+    Both drivers see a user's requests in event-time order (the simulator sorts them; a user's
+    requests share a partition, produced in time order), so a new request is never older. One
+    that is was verified already, with its id since pushed out of the list by newer ones (a
+    user with 18 requests in the first seconds of a 40x replay, redelivered after a rebalance:
+    the two oldest were verified again and picked pairs an uninterrupted run never embeds), or
+    arrived too late for its pairs to serve anything the newer request's do not.
+    """
+    return bool(ledger.pairs) and b.event_time_ms < max(ledger.pairs.values())
+
+
 def verify_requests(
     batches: Sequence[ProposalBatch],
     ledgers: Callable[[int], LedgerState],
@@ -149,7 +166,7 @@ def verify_requests(
             b = batches[i]
             led = current.get(b.user_id) or ledgers(b.user_id).copy()
             current[b.user_id] = led
-            if b.request_id in led.requests:
+            if b.request_id in led.requests or older_than_verified(b, led):
                 results[i] = VerifyResult(None, None, redelivered=True)
             else:
                 keep = fresh_positions(b, led, knobs, confirmed(b.user_id))
