@@ -99,12 +99,44 @@ class HttpFeatures:
             np.asarray(doc["ages_ms"], np.int64),
         )
 
+    def timeouts(self) -> float:
+        """The server's count of lookups that hit the read deadline (its /metrics)."""
+        self.conn.request("GET", "/metrics")
+        text = self.conn.getresponse().read().decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "solaris_serve_reader_timeouts_total"
+        )
+
     def close(self) -> None:
         self.conn.close()
 
 
 def _same(a: Lookup, b: Lookup) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+#: comparisons of one request at most, when a read ran past its deadline
+COMPARE_ATTEMPTS = 3
+
+
+def agree(reader: Any, http: Any, call: Call) -> tuple[bool, int]:
+    """Whether both HTTP forms answer ``call`` as the in-process reader does, and how many
+    comparisons were made again. A read that ran past the deadline (counted by the reader here
+    or by the server) serves *missing* and says nothing about the values; on a loaded machine
+    it happens (seen once in a parallel test run), so that comparison is made again. A value
+    difference with no deadline passed is a disagreement at once."""
+    _, user, items, body = call
+    for attempt in range(COMPARE_ATTEMPTS):
+        before = (reader.stats.timeouts, http.timeouts())
+        want = reader.lookup(user, items, REQUEST_T)
+        if _same(http.lookup(body, True), want) and _same(http.lookup(body, False), want):
+            return True, attempt
+        if (reader.stats.timeouts, http.timeouts()) == before:
+            return False, attempt
+    return False, COMPARE_ATTEMPTS - 1
 
 
 def _server_env(settings: Settings, prefix: str, cfg: ServeHttpConfig) -> dict[str, str]:
@@ -135,19 +167,19 @@ Call = tuple[int, int, list[int], bytes]  #: size, user, items, request body
 
 def _prepare(
     users: list[BenchUser], sizes: tuple[int, ...], reader: FeatureReader, http: HttpFeatures
-) -> tuple[dict[tuple[int, int], Call], bool]:
-    """Every (size, user)'s request; whether both HTTP forms answer what the reader does."""
+) -> tuple[dict[tuple[int, int], Call], bool, int]:
+    """Every (size, user)'s request; whether both HTTP forms answer what the reader does
+    (:func:`agree`), and how many comparisons were made again after a deadline."""
     calls: dict[tuple[int, int], Call] = {}
-    same = True
+    same, again = True, 0
     for n in sizes:
         for u in users:
             items = list(u.candidates[:n])
             doc = {"user_id": u.user_id, "item_ids": items, "event_time_ms": REQUEST_T}
-            body = json.dumps(doc).encode()
-            calls[(n, u.user_id)] = (n, u.user_id, items, body)
-            want = reader.lookup(u.user_id, items, REQUEST_T)
-            same &= _same(http.lookup(body, True), want) and _same(http.lookup(body, False), want)
-    return calls, same
+            call = calls[(n, u.user_id)] = (n, u.user_id, items, json.dumps(doc).encode())
+            ok, retried = agree(reader, http, call)
+            same, again = same and ok, again + retried
+    return calls, same, again
 
 
 def _schedule(
@@ -204,7 +236,7 @@ def _run_against(
     with feature_server(_server_env(settings, prefix, cfg), log) as server:
         http = HttpFeatures(server.url, cfg.dim)
         try:
-            calls, same = _prepare(users, cfg.sizes, reader, http)
+            calls, same, again = _prepare(users, cfg.sizes, reader, http)
             rng = np.random.default_rng(cfg.seed)
             _measure(_schedule(users, cfg.sizes, cfg.warmup, rng), calls, reader, http)
             reader = FeatureReader(store, reader.config)  # fresh counters for the measured calls
@@ -218,6 +250,7 @@ def _run_against(
     return {
         "samples": samples,
         "http_serves_same": same,
+        "comparisons_made_again_after_a_deadline": again,
         "measured_s": measured_s,
         "server_counters": counters,
         "inprocess_reader_timeouts": reader.stats.timeouts,
