@@ -197,6 +197,43 @@ class EvictionLog:
         self.keys = {row[-1].encode() for row in rows}
 
 
+class MemorySampler:
+    """The largest ``INFO memory`` figures Redis showed while it runs (a poll every
+    ``every_s``): when a write under ``maxmemory`` gets OOM, they say whether the keys or the
+    clients' buffers (which count against the cap and cannot be evicted) filled it. One reply
+    per poll, read at once, so the sampler adds no buffer of its own."""
+
+    FIELDS = ("used_memory", "used_memory_dataset", "mem_clients_normal", "mem_clients_slaves")
+
+    def __init__(self, rds: RedisInstance, every_s: float = 0.2) -> None:
+        self._rds, self._every_s = rds, every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.peaks: dict[str, int] = dict.fromkeys(self.FIELDS, 0)
+        self.polls = 0
+
+    def _run(self) -> None:
+        client = self._rds.client()
+        try:
+            while not self._stop.wait(self._every_s):
+                info = client.info("memory")
+                for field in self.FIELDS:
+                    self.peaks[field] = max(self.peaks[field], int(info.get(field, 0)))
+                self.polls += 1
+        finally:
+            client.close()
+
+    def __enter__(self) -> MemorySampler:
+        self._thread = threading.Thread(target=self._run, name="redis-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=10)
+
+
 @contextmanager
 def live_run(
     settings: Settings, bundle: Path, log_dir: Path

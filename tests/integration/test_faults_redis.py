@@ -38,6 +38,7 @@ from tests.integration.redis_fault_helpers import (
     EvictionLog,
     InProcessRanker,
     Mark,
+    MemorySampler,
     WakeupProbe,
     dense_traffic_file,
     end_offsets,
@@ -281,6 +282,11 @@ def served_tiers_of_verified(
     return exact_ok, stored, evicted_exact
 
 
+#: needs the notification reader (a redis-cli process) to keep up: its unread buffer counts
+#: against the cap and cannot be evicted. make test at f63adc0 (load from 3 test processes) saw
+#: a snapshot write refused for a minute; alone it passes (433 of 749 pairs evicted, no retry),
+#: so it runs with the `timing` tests, and records Redis's memory peaks to say what filled it
+@pytest.mark.timing
 def test_redis_at_maxmemory_evicts_and_writes_continue(
     dense_traffic: Path, bundle: Path, tmp_path: Path
 ) -> None:
@@ -289,7 +295,10 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
     with own_redis(tmp_path / "redis") as rds:
         settings = faulted_settings(bundle, rds)
         admin = rds.client()
-        with EvictionLog(rds, tmp_path / "evicted.csv") as evictions:
+        with (
+            MemorySampler(rds) as memory,
+            EvictionLog(rds, tmp_path / "evicted.csv") as evictions,
+        ):
             with live_run(settings, bundle, tmp_path) as (procs, ranker):
                 replay = start_replay(settings, dense_traffic, tmp_path)
                 time.sleep(REPLAY_WALL_S / 4)
@@ -340,13 +349,17 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
             "write_retries_logged": log.count("store write failed; retrying"),
             "stored_pairs_served_exact": f"{exact_ok}/{stored}",
             "evicted_pairs_served_exact": len(evicted_exact),
+            "memory_peaks": memory.peaks,
+            "memory_polls": memory.polls,
         },
     )
     assert evicted > 0 and absent, "the cap never made Redis evict a pair"
     assert len(evictions.keys) <= evicted  # the log names keys the server counted as evicted
     absent_keys = {layout.pair(u, i) for u, i in absent}
     assert absent_keys <= evictions.keys, f"pairs lost, not evicted: {absent_keys - evictions.keys}"
-    assert "store write failed; retrying" not in log  # no OOM error reached a writer
+    retries = [line for line in log.splitlines() if "store write failed; retrying" in line]
+    # no OOM error reached a writer (the peaks say whether keys or client buffers filled the cap)
+    assert not retries, f"{len(retries)} write retries, peaks {memory.peaks}: {retries[:3]}"
     assert after_cap and not last_absent, f"newest writes missing: {last_absent}"
     assert st.store_errors == 0 and st.corrupt_values == 0  # eviction is not an error
     assert not evicted_exact, evicted_exact  # an evicted pair reads missing (a lower tier)
