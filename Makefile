@@ -21,8 +21,10 @@ setup:  ## create/reuse the cached virtualenv and install this clone into it
 lock: setup  ## re-resolve the hashed locks (venv + images) with uv: infra/lock.sh [--upgrade]
 	@bash infra/lock.sh $(LOCK_ARGS)
 
+# Under with-services (not `solaris demo`'s own start and stop) so that a demo beside a test
+# run shares its broker and Redis and neither run stops them under the other.
 demo: setup  ## the main job end to end (DATASET=synthetic|movielens|taobao, DATA_DIR=...)
-	@$(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
+	@bash infra/with-services.sh $(SOLARIS) demo $(if $(DATASET),--dataset $(DATASET)) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) --json out/demo-$(or $(DATASET),synthetic).json
 
 test: setup lint  ## lint, all tests on Python 3.11 (unit + integration on a real Kafka and Redis started for the run), then the unit suite on 3.12 and 3.13
 	@SOLARIS_REQUIRE_SERVICES=1 \

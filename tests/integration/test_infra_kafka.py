@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,90 @@ def test_with_services_runs_its_own_broker_on_an_emptied_data_dir_and_deletes_it
     done = _run(["bash", str(WITH_SERVICES), sys.executable, "-c", probe], env)
     assert "TOPICS []" in done.stdout, done.stdout
     assert not data_dir.exists(), "with-services left its broker's data dir behind"
+
+
+def _up(script: str, env: dict[str, str]) -> bool:
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "infra" / script), "status"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    return done.returncode == 0
+
+
+def test_overlapping_runs_share_the_services_and_the_last_one_stops_them(
+    tmp_path: Path, ports: tuple[int, int]
+) -> None:
+    """A run begun while another one's services are up reuses them; the first run's end
+    must not stop them under the second (a `make demo` beside a `make test` lost its broker
+    that way); the second, the last user, stops them and deletes the broker's data dir."""
+    port, cport = ports
+    data_dir = tmp_path / "services-kafka"
+    env = _env(
+        port,
+        cport,
+        SOLARIS_SERVICES_KAFKA_DATA_DIR=str(data_dir),
+        SOLARIS_REDIS_PORT=str(free_port()),
+        SOLARIS_REDIS_DATA_DIR=str(tmp_path / "redis"),
+    )
+    kafka_env = env | {"SOLARIS_KAFKA_DATA_DIR": str(data_dir)}  # how kafka.sh finds that broker
+    gate = tmp_path / "first-may-end"
+    first = subprocess.Popen(
+        ["bash", str(WITH_SERVICES), "bash", "-c", f"until [ -e {gate} ]; do sleep 0.1; done"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    second: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 180
+        while not (_up("kafka.sh", kafka_env) and _up("redis.sh", env)):
+            assert first.poll() is None, first.communicate()[0]
+            assert time.monotonic() < deadline, "the first run's services did not come up"
+            time.sleep(0.5)
+        # the second run lets the first one end, waits until the test saw it end, then uses
+        # both services
+        ended = tmp_path / "first-ended"
+        probe = tmp_path / "probe.py"
+        probe.write_text(
+            "import pathlib, time\n"
+            "import redis\n"
+            "from confluent_kafka.admin import AdminClient\n"
+            f"pathlib.Path({str(gate)!r}).touch()\n"
+            "start = time.monotonic()\n"
+            f"while not pathlib.Path({str(ended)!r}).exists():\n"
+            "    assert time.monotonic() - start < 120, 'the first run did not end'\n"
+            "    time.sleep(0.1)\n"
+            f"AdminClient({{'bootstrap.servers': '127.0.0.1:{port}'}}).list_topics(timeout=10)\n"
+            f"assert redis.Redis(port={env['SOLARIS_REDIS_PORT']}).ping()\n"
+            "print('BOTH UP AFTER THE FIRST RUN ENDED')\n"
+        )
+        second = subprocess.Popen(
+            ["bash", str(WITH_SERVICES), sys.executable, str(probe)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        first_out = first.communicate(timeout=150)[0]
+        ended.touch()
+        second_out = second.communicate(timeout=150)[0]
+        assert first.returncode == 0, first_out
+        assert second.returncode == 0, second_out
+        assert "other runs still use it" in first_out, first_out
+        assert "reusing it" in second_out, second_out
+        assert "BOTH UP AFTER THE FIRST RUN ENDED" in second_out, second_out
+        assert not _up("kafka.sh", kafka_env), "the last run left the broker running"
+        assert not _up("redis.sh", env), "the last run left Redis running"
+        assert not data_dir.exists(), "the last run left the broker's data dir behind"
+    finally:
+        gate.touch()
+        for run in (first, second):
+            if run is not None and run.poll() is None:
+                run.kill()
+        subprocess.run(["bash", str(KAFKA_SH), "stop"], env=kafka_env, capture_output=True)
+        subprocess.run(
+            ["bash", str(REPO_ROOT / "infra" / "redis.sh"), "stop"], env=env, capture_output=True
+        )
