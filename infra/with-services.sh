@@ -30,6 +30,8 @@ REGISTRY_PORT="${SOLARIS_SCHEMA_REGISTRY_PORT:-8081}"
 RUN_KAFKA_DATA_DIR="${SOLARIS_SERVICES_KAFKA_DATA_DIR:-$CACHE_DIR/run/kafka-services-$KAFKA_PORT}"
 LEASES="$CACHE_DIR/run/services-leases"
 used=()  # the lease directory of each service this run uses
+#: how long to wait for another run's start or stop (a broker start times out well before)
+LOCK_WAIT_S="${SOLARIS_SERVICES_LOCK_WAIT_S:-600}"
 
 mkdir -p "$LEASES"
 # the lock's descriptor; every child started below gets it closed ({lock_fd}>&-), or a broker
@@ -111,7 +113,10 @@ let_go() {
 
 cleanup() {
   local svc
-  flock "$lock_fd"
+  if ! flock -w "$LOCK_WAIT_S" "$lock_fd"; then
+    echo "[services] ERROR: no lock on $LEASES in ${LOCK_WAIT_S}s; leaving the services running" >&2
+    return 0
+  fi
   for svc in "${used[@]}"; do
     let_go "${svc%%:*}" "${svc##*:}"
   done
@@ -119,7 +124,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-flock "$lock_fd"
+flock -w "$LOCK_WAIT_S" "$lock_fd" || die "no lock on $LEASES in ${LOCK_WAIT_S}s (another run stuck starting or stopping?)"
 if bash "$ROOT/infra/kafka.sh" status >/dev/null 2>&1; then
   echo "[services] kafka already running: reusing it"
   take kafka "$KAFKA_PORT" 0

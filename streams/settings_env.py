@@ -29,6 +29,7 @@ SCRIPT_VARIABLES = frozenset(
         "SOLARIS_KAFKA_FRESH",
         "SOLARIS_KAFKA_WARN_PARTITIONS",
         "SOLARIS_SERVICES_KAFKA_DATA_DIR",  # infra/with-services.sh: its own broker's data dir
+        "SOLARIS_SERVICES_LOCK_WAIT_S",  # infra/with-services.sh: wait for another run's start/stop
         "SOLARIS_REDIS_PORT",
         "SOLARIS_REDIS_DATA_DIR",
         "SOLARIS_REDIS_START_TIMEOUT",
