@@ -204,20 +204,26 @@ class MemorySampler:
     per poll, read at once, so the sampler adds no buffer of its own."""
 
     FIELDS = ("used_memory", "used_memory_dataset", "mem_clients_normal", "mem_clients_slaves")
+    #: from ``INFO clients``: which kind of client buffer grew, and how many clients there were
+    CLIENT_FIELDS = (
+        "connected_clients",
+        "client_recent_max_input_buffer",
+        "client_recent_max_output_buffer",
+    )
 
     def __init__(self, rds: RedisInstance, every_s: float = 0.2) -> None:
         self._rds, self._every_s = rds, every_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.peaks: dict[str, int] = dict.fromkeys(self.FIELDS, 0)
+        self.peaks: dict[str, int] = dict.fromkeys(self.FIELDS + self.CLIENT_FIELDS, 0)
         self.polls = 0
 
     def _run(self) -> None:
         client = self._rds.client()
         try:
             while not self._stop.wait(self._every_s):
-                info = client.info("memory")
-                for field in self.FIELDS:
+                info = {**client.info("memory"), **client.info("clients")}
+                for field in self.peaks:
                     self.peaks[field] = max(self.peaks[field], int(info.get(field, 0)))
                 self.polls += 1
         finally:
