@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local single-node Apache Kafka broker (KRaft, broker+controller) without Docker.
 #
-#   infra/kafka.sh start|stop|status|logs [-f]
+#   infra/kafka.sh start|stop|status|pid|logs [-f]   (pid: the running broker's, or exit 1)
 #
 # Env knobs (defaults in brackets):
 #   SOLARIS_CACHE_DIR               [$HOME/.cache/solaris]  jars + run dirs live here
@@ -52,7 +52,7 @@ LOG_NAME=kafka
 source "$SCRIPT_DIR/lib.sh"
 
 usage() {
-  echo "usage: $0 start|stop|status|logs [-f]" >&2
+  echo "usage: $0 start|stop|status|pid|logs [-f]" >&2
   exit 2
 }
 
@@ -313,6 +313,7 @@ main() {
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    pid) running_pid ;;
     logs) cmd_logs "$@" ;;
     *) usage ;;
   esac

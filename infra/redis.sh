@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local Redis for SOLARIS development and CI (Debian's redis-server, no persistence).
 #
-#   infra/redis.sh start|stop|status
+#   infra/redis.sh start|stop|status|pid   (pid: the running server's, or exit 1)
 #   infra/redis.sh cluster-start|cluster-stop|cluster-status
 #
 # cluster-*: a local Redis Cluster, one redis-server per port, created with `redis-cli --cluster
@@ -51,7 +51,7 @@ LOG_NAME=redis
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 usage() {
-  echo "usage: $0 start|stop|status|cluster-start|cluster-stop|cluster-status" >&2
+  echo "usage: $0 start|stop|status|pid|cluster-start|cluster-stop|cluster-status" >&2
   exit 2
 }
 
@@ -336,6 +336,7 @@ main() {
       cmd_stop
       ;;
     status) cmd_status ;;
+    pid) running_pid ;;
     cluster-start)
       ensure_redis
       lock_cluster_dir

@@ -4,7 +4,7 @@
 # publishes on Maven Central (a Quarkus runner jar + lib/), with its schemas in an H2 file
 # database in the data dir, so ids survive a restart.
 #
-#   infra/schema_registry.sh start|stop|status|url|logs [-f]
+#   infra/schema_registry.sh start|stop|status|pid|url|logs [-f]   (pid: the running registry's, or exit 1)
 #
 # Why this build: Apicurio 3.x (3.3.3) has no runnable artifact on Maven Central and its modules
 # are only partly served there (apicurio-registry-schema-util-provider and
@@ -52,7 +52,7 @@ LOG_NAME=schema-registry
 source "$HERE/lib.sh"
 
 usage() {
-  echo "usage: $0 start|stop|status|url|logs [-f]" >&2
+  echo "usage: $0 start|stop|status|pid|url|logs [-f]" >&2
   exit 2
 }
 
@@ -226,6 +226,7 @@ main() {
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    pid) running_pid ;;
     url) echo "$URL" ;;
     logs) cmd_logs "$@" ;;
     *) usage ;;

@@ -41,16 +41,8 @@ exec {lock_fd}>"$LEASES/lock"
 # lease_dir SERVICE PORT : where the leases of one service instance live
 lease_dir() { echo "$LEASES/$1-$2"; }
 
-# pid_file SERVICE : the pid file of the instance this run uses
-pid_file() {
-  case "$1" in
-    kafka) echo "${SOLARIS_KAFKA_DATA_DIR:-$CACHE_DIR/run/kafka-$KAFKA_PORT}/kafka.pid" ;;
-    redis) echo "${SOLARIS_REDIS_DATA_DIR:-$CACHE_DIR/run/redis-$REDIS_PORT}/redis.pid" ;;
-    schema_registry)
-      echo "${SOLARIS_SCHEMA_REGISTRY_DATA_DIR:-$CACHE_DIR/run/schema-registry-$REGISTRY_PORT}/registry.pid"
-      ;;
-  esac
-}
+# service_pid SERVICE : the pid of the instance this run uses (fails when none runs)
+service_pid() { bash "$ROOT/infra/$1.sh" pid {lock_fd}>&-; }
 
 # take SERVICE PORT STARTED : lease the instance; STARTED=1 marks it as started by this script
 # (its "started" file holds the service's pid, so a later process on the port is not ours)
@@ -60,7 +52,7 @@ take() {
   mkdir -p "$dir/users"
   : >"$dir/users/$$"
   if [[ "$3" == 1 ]]; then
-    tr -cd '0-9' <"$(pid_file "$1")" >"$dir/started"
+    service_pid "$1" >"$dir/started"
   fi
   used+=("$1:$2")
 }
@@ -96,7 +88,7 @@ let_go() {
     return 0
   fi
   started=$(cat "$dir/started")
-  now=$(tr -cd '0-9' 2>/dev/null <"$(pid_file "$1")" || true)
+  now=$(service_pid "$1" 2>/dev/null || true)
   rm -f "$dir/started"
   rmdir "$dir/users" "$dir" 2>/dev/null || true
   [[ -n "$started" && "$started" == "$now" ]] || return 0
