@@ -278,6 +278,25 @@ def read_topic_with_partitions(
 ) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every message of ``topic`` from the beginning as (partition, key, value); raises on a
     partial read like :func:`read_topic`."""
+    return [(m.partition, m.key, m.value) for m in read_topic_messages(settings, topic, timeout_s)]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMessage:
+    """One message read back, with where it sits in the log (to tell a resent copy, far
+    behind, from a copy written next to the first)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_topic_messages(
+    settings: Settings, topic: str, timeout_s: float = 30.0
+) -> list[TopicMessage]:
+    """Every message of ``topic`` from the beginning, with its position; raises on a partial
+    read like :func:`read_topic`."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -290,7 +309,7 @@ def read_topic_with_partitions(
     )
     parts = settings.topic_partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(parts)])
-    out: list[tuple[int, bytes | None, bytes | None]] = []
+    out: list[TopicMessage] = []
     eof: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
@@ -304,7 +323,7 @@ def read_topic_with_partitions(
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     eof.add(msg.partition())
                 continue
-            out.append((msg.partition(), msg.key(), msg.value()))
+            out.append(TopicMessage(msg.partition(), msg.offset(), msg.key(), msg.value()))
     finally:
         consumer.close()
     return out

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from streams.settings import Settings
-from tests.integration.live_harness import read_topic
+from tests.integration.live_harness import read_topic, read_topic_messages
 
 #: (user, item, event time) of a verified pair
 Pair = tuple[int, int, int]
@@ -29,6 +29,9 @@ class LossReport:
     #: pairs in ``verified`` more than once: a request verified again, i.e. the ledger state
     #: that marks it verified was lost (a rebalance or restart that did not recover the table)
     verified_twice: list[Pair] = field(default_factory=list)
+    #: the first few of those with the partition:offset of each copy in ``verified`` (adjacent
+    #: offsets: resent by one producer; far apart: verified again after a re-read)
+    twice_at: list[str] = field(default_factory=list)
     embedding_duplicates: int = 0  #: extra copies in ``embeddings`` (FM redeliveries)
     missing_in_store: list[tuple[int, int]] = field(default_factory=list)
     stale_in_store: list[tuple[int, int]] = field(default_factory=list)  #: older time than verified
@@ -75,14 +78,19 @@ class LossReport:
             ),
             "simulator's aggregates missing in the store": self.aggregates_absent_vs_simulator,
         }
-        return [f"{len(v)} {k}, e.g. {v[:3]}" for k, v in checks.items() if v]
+        found = [f"{len(v)} {k}, e.g. {v[:3]}" for k, v in checks.items() if v]
+        if self.verified_twice:
+            found.append(f"copies of pairs verified twice: {self.twice_at}")
+        return found
 
-    def assert_nothing_lost(self) -> None:
+    def assert_nothing_lost(self, context: str = "") -> None:
+        """Fail with every problem found; ``context`` (e.g. the run's measured line) is added
+        to the message, so a failure in CI says what the run went through."""
         assert self.verified > 0, "nothing was verified: the run did not exercise the pipeline"
         assert self.aggregates > 0, "no aggregate in the store"
         assert self.vectors_checked > 0, "no stored pair vector was compared with the FM's"
         problems = self.problems()
-        assert not problems, "; ".join(problems)
+        assert not problems, "; ".join(problems) + (f" (run: {context})" if context else "")
 
 
 @dataclass
@@ -92,6 +100,8 @@ class Verified:
     seen: Counter[Pair] = field(default_factory=Counter)
     histories: dict[Pair, tuple[Any, ...]] = field(default_factory=dict)
     messages: dict[Pair, Any] = field(default_factory=dict)  #: the ProposalBatch carrying it
+    #: where each copy of a pair sits in the topic, "partition:offset" (for a failure message)
+    positions: dict[Pair, list[str]] = field(default_factory=dict)
 
 
 def _verified(settings: Settings) -> Verified:
@@ -101,13 +111,15 @@ def _verified(settings: Settings) -> Verified:
 
     codec = Codec(Limits(max_candidates=settings.max_candidates))
     out = Verified()
-    for _, value in read_topic(settings, settings.topic("verified")):
-        b = codec.decode(value, ProposalBatch)
+    for message in read_topic_messages(settings, settings.topic("verified")):
+        b = codec.decode(message.value, ProposalBatch)
         hist = (tuple(b.history_items), tuple(b.history_labels), tuple(b.history_times_ms))
         for item in b.item_ids:
-            out.seen[(b.user_id, item, b.event_time_ms)] += 1
-            out.histories[(b.user_id, item, b.event_time_ms)] = hist
-            out.messages[(b.user_id, item, b.event_time_ms)] = b
+            pair = (b.user_id, item, b.event_time_ms)
+            out.seen[pair] += 1
+            out.histories[pair] = hist
+            out.messages[pair] = b
+            out.positions.setdefault(pair, []).append(f"{message.partition}:{message.offset}")
     return out
 
 
@@ -199,6 +211,7 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     report.verified = len(verified)
     report.verified_duplicates = sum(n - 1 for n in verified.values())
     report.verified_twice = sorted(k for k, n in verified.items() if n > 1)
+    report.twice_at = [f"{k} at {run.positions[k]}" for k in report.verified_twice[:3]]
     copies, folded = folded_aggregates(settings)
     report.embedding_duplicates = sum(n - 1 for n in copies.values())
     report.missing_in_embeddings = sorted(set(verified) - set(copies))

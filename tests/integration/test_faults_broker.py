@@ -192,6 +192,7 @@ def _run_with_broker_fault(
         caught_up_s = time.monotonic() - up
         procs.alive()
         time.sleep(1.5)  # the workers publish their counters once a second
+        logs = {name: procs.log(name) for name in ("pipeline", "fm")}
     counters = read_stats(settings)["pipeline"]
     return settings, {
         "requests": stats.requests,
@@ -202,6 +203,16 @@ def _run_with_broker_fault(
         "caught_up_after_restart_s": caught_up_s,
         "drain_after_replay_s": recovery_s,
         "skipped_redelivered_requests": int(counters.get("redelivered", 0)),
+        **{f"{name}_{k}": n for name, log in logs.items() for k, n in worker_events(log).items()},
+    }
+
+
+def worker_events(log: str) -> dict[str, int]:
+    """What a worker's log says it went through: batches run again after an infrastructure
+    error, and consumer group rebalances after its first join (each revokes its partitions)."""
+    return {
+        "batch_retries": log.count("retrying the whole batch"),
+        "rebalances": max(0, log.count("Revoking previously assigned partitions") - 1),
     }
 
 
@@ -223,7 +234,7 @@ def test_broker_stopped_mid_replay_and_restarted_loses_nothing(
         "aggregates": report.aggregates,
     }
     print_measured(f"broker {how}", measured)
-    report.assert_nothing_lost()
+    report.assert_nothing_lost(context=str(measured))
 
 
 def test_broker_away_past_the_message_timeout_loses_no_batch(
