@@ -8,17 +8,21 @@ lists. Two cheap signals, both known at speculation time:
   state: the live workers keep it in the ``recent`` table (:mod:`streams.engine.state`), the
   simulator in a dict, so a restarted or rebalanced worker reads back exactly what the
   simulator holds;
-* the **item prior** (:class:`ItemPrior`): decayed frequency of the item in recent candidate
-  lists (items retrieval keeps returning to everybody: trending, popular). It counts every
-  request a process sees, so it is process state: in the live pipeline each worker counts the
-  requests of its own partitions and re-warms after a restart, an approximation of the
-  simulator's global count. ``rank_by="pair"`` ranks by the pair memory alone, so every input
-  of its ranking is stored state.
+* the **item prior** (:class:`ItemPrior`): in how many of *everyone's* remembered candidate
+  lists of the last few hours the item appears (items retrieval keeps returning to everybody:
+  trending, popular). It counts exactly the lists the users' pair memories hold, so it is a
+  view of table state: a restarted or rebalanced worker rebuilds it from the ``recent`` table
+  (:meth:`ItemPrior.rebuild`) and holds the counts an uninterrupted one holds. With several
+  workers each counts the memories of its own partitions' users, an approximation of the
+  simulator's global count; ``rank_by="pair"`` ranks by the pair memory alone, so no worker's
+  share of the users changes its choice.
 
-Measured with ``solaris simulate --sweep`` (4 h TTL, exact coverage over all candidates at a 10 %
-per-request budget; random selection / the VM's relevance ranking / this score / a verifier that
-knows the future): ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 / 0.033 / 0.048 /
-0.055. At a 50 % budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens).
+Measured with ``solaris simulate --sweep`` when the prior was a decayed count of every list a
+process saw (4 h TTL, exact coverage over all candidates at a 10 % per-request budget; random
+selection / the VM's relevance ranking / this score / a verifier that knows the future):
+ml-latest-small 0.220 / 0.207 / 0.282 / 0.341, Taobao 0.035 / 0.033 / 0.048 / 0.055. At a 50 %
+budget the gaps narrow (random already gets ~90 % of the ceiling on MovieLens). The counts over
+the memories' lists: docs/architecture.md (Speculation and coverage).
 
 While a live batch runs, every change to the item prior is recorded in an undo log
 (:meth:`ItemPrior.begin`), so a batch run again after an infrastructure error counts its
@@ -31,13 +35,12 @@ message alone, in any thread and however far the requests agent has run ahead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from streams.engine.lookahead import DecayedCounter
 from streams.engine.undo import UndoLog
 
 #: candidate lists counted per request (the user's newest up to the request)
@@ -52,36 +55,126 @@ PAIR_RANKINGS = ("recurrence", "pair")
 PRIOR_RANKINGS = ("recurrence", "prior", "vm_x_prior")
 
 
-class ItemPrior:
-    """Decayed frequency of items in the candidate lists this process has seen."""
+#: the item prior counts lists in event-time buckets of this length (its window moves a bucket
+#: at a time, so the counts are integers that no processing order can change)
+PRIOR_BUCKET_MS = 10 * 60_000
 
-    def __init__(self, half_life_ms: int = 6 * 3_600_000) -> None:
-        self._counts = DecayedCounter(half_life_ms)
+
+class ItemPrior:
+    """How many of the users' remembered candidate lists of the last ``window_ms`` hold each
+    item: a view of table state, kept up to date as the pair memories change.
+
+    The lists are exactly those the users' pair memories hold (the ``recent`` table), so a
+    restarted or rebalanced worker rebuilds the same counts from that table
+    (:meth:`rebuild`) that an uninterrupted one holds. Counts are integers over whole
+    buckets of :data:`PRIOR_BUCKET_MS`: the window covers the newest bucket seen and the
+    ones before it up to ``window_ms``, so neither the order in which lists are added nor
+    float rounding can change a count. (Until 2026-12-07 the prior was a float decayed count of
+    every list the process had seen, which a new process could not rebuild.)
+    """
+
+    def __init__(self, window_ms: int, bucket_ms: int = PRIOR_BUCKET_MS) -> None:
+        if window_ms <= 0 or bucket_ms <= 0:
+            raise ValueError(f"window_ms and bucket_ms must be positive ({window_ms}, {bucket_ms})")
+        self.bucket_ms = bucket_ms
+        self.window_buckets = -(-window_ms // bucket_ms)
+        self._counts: dict[int, int] = {}  #: item -> lists in the window that hold it
+        self._buckets: dict[int, dict[int, int]] = {}  #: bucket -> item -> lists of it
+        self._newest: int | None = None  #: the newest bucket a list was added to
+        #: records every change while a batch runs (:mod:`streams.engine.undo`); None = off
+        self.undo: UndoLog | None = None
 
     def begin(self, undo: UndoLog) -> None:
         """Record every change in ``undo`` until :meth:`end` (one live batch)."""
-        self._counts.undo = undo
+        self.undo = undo
 
     def end(self) -> None:
         """Stop recording (after the batch's commit or rollback)."""
-        self._counts.undo = None
+        self.undo = None
 
-    @property
-    def undo(self) -> UndoLog | None:
-        """The log recording changes now (None: none)."""
-        return self._counts.undo
+    def replace(self, before: PairMemory, after: PairMemory) -> None:
+        """Follow one user's pair memory from ``before`` to ``after``: count the lists it
+        gained, uncount the ones it dropped (a redelivered request changes neither)."""
+        kept = {k.request_id for k in after.lists}
+        had = {k.request_id for k in before.lists}
+        for listed in after.lists:
+            if listed.request_id not in had:
+                self._add(listed, 1)
+        for listed in before.lists:
+            if listed.request_id not in kept:
+                self._add(listed, -1)
 
-    def observe(self, item_ids: Sequence[int], event_time_ms: int) -> None:
-        """Count one request's candidate list (call before verifying that request)."""
-        self._counts.add_many(item_ids, event_time_ms)
+    def rebuild(self, memories: Iterable[PairMemory]) -> None:
+        """Start again from the pair memories (a worker's ``recent`` table after a restart or
+        a rebalance): the counts an uninterrupted run over the same lists holds."""
+        self._counts, self._buckets, self._newest = {}, {}, None
+        for memory in memories:
+            for listed in memory.lists:
+                self._add(listed, 1)
 
     def raw_counts(self, item_ids: Sequence[int]) -> np.ndarray:
-        """The item prior's decayed count of each item, float64 ``[n]`` (not normalised)."""
-        return self._counts.values(item_ids)
+        """Lists in the window that hold each item, float64 ``[n]`` (not normalised)."""
+        get = self._counts.get
+        return np.fromiter((get(int(i), 0) for i in item_ids), np.float64, len(item_ids))
 
     def scores(self, item_ids: Sequence[int]) -> np.ndarray:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""
         return normalised(self.raw_counts(item_ids))
+
+    def _add(self, listed: RecentList, sign: int) -> None:
+        bucket = listed.seen_at_ms // self.bucket_ms
+        if sign < 0 and bucket not in self._buckets:
+            return  # its bucket left the window: already uncounted
+        if sign > 0 and self._newest is not None and bucket <= self._newest - self.window_buckets:
+            return  # older than the window
+        items = listed.items.tolist()
+        undo = self.undo
+        per_bucket = self._buckets.get(bucket)
+        if per_bucket is None:
+            if undo is not None:
+                undo.entry(self._buckets, bucket)  # absent before
+            per_bucket = self._buckets[bucket] = {}
+        if undo is not None:  # old values of the keys only: no copy of a whole bucket
+            undo.entries(per_bucket, items)
+            undo.entries(self._counts, items)
+        counts = self._counts
+        for item in items:
+            counts[item] = n = counts.get(item, 0) + sign
+            if not n:
+                del counts[item]
+            per_bucket[item] = m = per_bucket.get(item, 0) + sign
+            if not m:
+                del per_bucket[item]
+        if self._newest is None or bucket > self._newest:
+            if undo is not None:
+                undo.attribute(self, "_newest")
+            self._newest = bucket
+            self._expire(bucket - self.window_buckets)
+
+    def _expire(self, last: int) -> None:
+        """Uncount every bucket up to ``last`` (it left the window)."""
+        undo = self.undo
+        for bucket in [b for b in self._buckets if b <= last]:
+            if undo is not None:  # the dict itself: it is not changed once out of the window
+                undo.entry(self._buckets, bucket)
+            items = self._buckets.pop(bucket)
+            if undo is not None:
+                undo.entries(self._counts, list(items))
+            counts = self._counts
+            for item, n in items.items():
+                left = counts[item] - n
+                if left:
+                    counts[item] = left
+                else:
+                    del counts[item]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ItemPrior) and (self._counts, self._newest) == (
+            other._counts,
+            other._newest,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -158,7 +251,7 @@ EMPTY_MEMORY = PairMemory()
 
 @dataclass(frozen=True, slots=True)
 class RecurrenceInputs:
-    """One request's recurrence inputs, aligned with its proposals: the item prior's decayed
+    """One request's recurrence inputs, aligned with its proposals: the item prior's
     counts and the pair counts (float64 ``[n]`` each), as of the request."""
 
     prior_counts: np.ndarray

@@ -33,7 +33,7 @@ class Stages:
     #: to the proposals); None when the ranking reads no item prior
     prior: ItemPrior | None
     #: how long a candidate list counts in the users' pair memory (the drivers load and store
-    #: it); None when the ranking reads none
+    #: it); None when the ranking reads neither it nor the item prior (which counts its lists)
     pair_memory_ms: int | None
     #: None = every proposal goes to the FM (no VM, or an oracle run)
     verifier: Verifier | None
@@ -98,12 +98,15 @@ def build_stages(
 ) -> Stages:
     """The stages of one driver; ``verify``/``use_neighbours`` switch those steps off."""
     lookahead = Lookahead() if "lookahead" in speculator.strategies else None
-    prior = ItemPrior() if verifier.rank_by in PRIOR_RANKINGS else None
+    # the item prior counts the lists the pair memories hold, so a ranking that reads it keeps
+    # them too (over the same window)
+    with_prior = verifier.rank_by in PRIOR_RANKINGS
+    memory_ms = verifier.pair_memory_ms
     return Stages(
         speculator=Speculator(speculator, lookahead),
         lookahead=lookahead,
-        prior=prior,
-        pair_memory_ms=verifier.pair_memory_ms if verifier.rank_by in PAIR_RANKINGS else None,
+        prior=ItemPrior(memory_ms) if with_prior else None,
+        pair_memory_ms=memory_ms if with_prior or verifier.rank_by in PAIR_RANKINGS else None,
         verifier=Verifier(models.vm, verifier) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm, split=models.state),
         aggregator=RollingAggregator(

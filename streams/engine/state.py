@@ -14,8 +14,10 @@ table, used by all of them, so a value written by one reader is read the same wa
 | ``reps`` | the neighbour representation (:class:`SavedRep`) | :data:`REPS` |
 | ``recent`` | the user's last candidate lists, the pair memory (:class:`PairMemory`) | :data:`RECENT` |
 
-Process-wide state that is not per user (the item prior, the look-ahead counts) is rebuilt from
-traffic and not stored.
+The item prior is not stored on its own: it counts the lists the ``recent`` values hold, so a
+worker rebuilds it from that table after a start or a rebalance
+(:meth:`streams.engine.recurrence.ItemPrior.rebuild`). The look-ahead counts (an optional
+speculation strategy, off by default) are process state, rebuilt from traffic and not stored.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ class Components:
         self.models = models
         self.store = store
         self.codec = make_codec(settings)
-        # The item prior (process state) and the pair memories (the ``recent`` table) are read
-        # and written by the requests agent only; it attaches their counts to the proposals.
+        # The pair memories (the ``recent`` table) and the item prior (their lists' counts,
+        # rebuilt from that table after a start or a rebalance) are read and written by the
+        # requests agent only; it attaches their counts to the proposals.
         self.stages = build_stages(
             cfg.speculator, cfg.verifier, models, cfg.aggregate_window_ms, cfg.aggregate_bucket_ms
         )

@@ -3,11 +3,13 @@
 Lockstep replay (every group drains before each request). Halfway through, the pipeline worker
 is stopped and a new one starts in an empty state dir, so it rebuilds every table (ledger,
 history, aggregates, representations and the pair memories of ``recent``) from the changelogs.
-With ``SOLARIS_VERIFIER_RANK_BY=pair`` every input of the verify step's choice is table state,
-so the pairs it keeps, and with them the histories attached to the verified pairs, the pair
-vectors and the aggregates in Redis, must be byte-identical to the simulator's on the same
-traffic. The default ``recurrence`` ranking adds the item prior, which a new process counts
-from nothing: run with it, the same comparison fails (docs/live-pipeline.md, Delivery).
+The default ``recurrence`` ranking reads the user's pair memory and the item prior, which
+counts the lists all pair memories hold: the new worker rebuilds it from the ``recent`` table,
+so every input of the verify step's choice comes back from the tables. The pairs it keeps, and
+with them the histories attached to the verified pairs, the pair vectors and the aggregates in
+Redis, must be byte-identical to the simulator's on the same traffic. (Until 2026-12-07 the item
+prior was a count of every list the process had seen, which a new process started from nothing:
+this test then failed with ``recurrence`` and ran with ``pair``.)
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def test_a_replaced_pipeline_worker_keeps_the_simulators_pairs(
     require_kafka_and_redis(base)
     # a tight budget, so that the ranking decides which proposals are kept (at the default
     # half of the candidates, a returning user's few new proposals are all kept in any order)
-    ranking = {**STATELESS_RANKING, "verifier_rank_by": "pair", "verifier_top_fraction": 0.1}
+    ranking = {**STATELESS_RANKING, "verifier_rank_by": "recurrence", "verifier_top_fraction": 0.1}
     settings = live_settings(base, uuid.uuid4().hex[:10], bundle, **ranking)
     requests = sum(1 for e in read_traffic(traffic_faults) if hasattr(e, "candidates"))
     replaced_at = requests // 2

@@ -13,8 +13,8 @@ embedded pairs, the FM workers' counts summing to the pairs in the ``verified`` 
 
 The verifier ranks by the users' pair memory alone (``pair``): stored per-user state (the
 ``recent`` table), so the split of users over workers must not change which pairs are kept. The
-default ``recurrence`` ranking adds the item prior, which each worker counts over its own
-partitions' candidate lists only, so with two workers it may keep other pairs than the
+default ``recurrence`` ranking adds the item prior, which each worker counts over the pair
+memories of its own partitions' users only, so with two workers it may keep other pairs than the
 simulator (Scaling out in docs/live-pipeline.md).
 """
 

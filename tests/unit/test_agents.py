@@ -352,3 +352,32 @@ def test_pending_counters_are_flushed_when_the_worker_shuts_down(
         assert flushed == [True]
 
     run(body, monkeypatch)
+
+
+def test_the_item_prior_is_rebuilt_from_the_recent_table_after_a_start_or_a_rebalance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The speculate agent rebuilds the item prior from the pair memories of its tables at its
+    first batch and at the first batch of each new consumer generation, and only then."""
+    from streams.engine.recurrence import ItemPrior
+    from streams.engine.state import RECENT
+
+    def from_table(app: faust.App, parts: Components) -> ItemPrior:
+        rebuilt = ItemPrior(parts.config.verifier.pair_memory_ms)
+        rebuilt.rebuild(RECENT.load(v) for v in table_data(app, "recent").values())
+        return rebuilt
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc, prior = parts.codec.encode, parts.stages.prior
+        assert isinstance(prior, ItemPrior)
+        reqs = [RequestEvent(f"r{n}", 7 + n % 2, T0 + n, "feed", (1, 2, 3 + n)) for n in range(4)]
+        await put(app, "speculate", [enc(r) for r in reqs])
+        assert prior == from_table(app, parts) and prior.raw_counts([1]).tolist() == [4.0]
+        prior.rebuild([])  # a prior that lost its counts is not rebuilt within a generation
+        await put(app, "speculate", [enc(RequestEvent("r4", 7, T0 + 4, "feed", (1, 9)))])
+        assert prior.raw_counts([1]).tolist() == [1.0]
+        app.consumer_generation_id += 1  # a rebalance
+        await put(app, "speculate", [enc(RequestEvent("r5", 8, T0 + 5, "feed", (1, 9)))])
+        assert prior == from_table(app, parts) and prior.raw_counts([1, 9]).tolist() == [6.0, 2.0]
+
+    run(body, monkeypatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -181,25 +182,70 @@ def test_neighbour_index_exact_and_hnsw_agree() -> None:
     assert len(ids) == 3 and np.all(w > 0)
 
 
-def test_item_prior_ranks_items_seen_in_recent_candidate_lists() -> None:
-    from streams.engine.recurrence import ItemPrior
+def _remembered(prior: Any, memory: Any, request_id: str, items: list[int], t: int) -> Any:
+    """``memory`` with one more list, the prior following it (what the speculate step does)."""
+    after = memory.remember(request_id, items, t)
+    prior.replace(memory, after)
+    return after
 
-    prior = ItemPrior(half_life_ms=H)
-    prior.observe([1, 2], T0)
-    prior.observe([2, 3], T0 + 10)
-    scores = prior.scores([1, 2, 3, 4])
-    assert scores[1] == 1.0 and scores[3] == 0.0
-    assert scores[2] > scores[0] > 0  # 3 is newer than 1
+
+def test_item_prior_counts_the_lists_the_pair_memories_hold_within_its_window() -> None:
+    from streams.engine.recurrence import EMPTY_MEMORY, LISTS_PER_USER, REDELIVERY_SLACK, ItemPrior
+    from streams.engine.recurrence import PRIOR_BUCKET_MS as B
+
+    prior = ItemPrior(window_ms=6 * B)
+    a = _remembered(prior, EMPTY_MEMORY, "a1", [1, 2], T0)
+    b = _remembered(prior, EMPTY_MEMORY, "b1", [2, 3], T0 + 10)
+    assert prior.raw_counts([1, 2, 3, 4]).tolist() == [1.0, 2.0, 1.0, 0.0]
+    assert prior.scores([1, 2, 3, 4]).tolist() == [0.5, 1.0, 0.5, 0.0]
     assert prior.scores([]).shape == (0,)
+    assert _remembered(prior, a, "a1", [1, 2], T0) is a  # a redelivery: counted once
+    assert prior.raw_counts([1, 2]).tolist() == [1.0, 2.0]
+    # a list dropped from its user's memory is no longer counted
+    for n in range(LISTS_PER_USER + REDELIVERY_SLACK):
+        b = _remembered(prior, b, f"b{n + 2}", [9], T0 + 20 + n)
+    assert prior.raw_counts([1, 2, 3, 9]).tolist() == [1.0, 1.0, 0.0, 6.0]
+    # whole buckets leave the window: T0's bucket once a list six buckets later comes
+    _remembered(prior, EMPTY_MEMORY, "c1", [5], T0 + 5 * B)
+    assert prior.raw_counts([1, 9]).tolist() == [1.0, 6.0]
+    _remembered(prior, EMPTY_MEMORY, "d1", [5], T0 - T0 % B + 6 * B)
+    assert prior.raw_counts([1, 5, 9]).tolist() == [0.0, 2.0, 0.0]
+    _remembered(prior, EMPTY_MEMORY, "e1", [7], T0)  # older than the window: not counted
+    assert prior.raw_counts([7]).tolist() == [0.0]
+    with pytest.raises(ValueError, match="positive"):
+        ItemPrior(window_ms=0)
+
+
+def test_item_prior_rebuilt_from_the_memories_equals_the_one_that_followed_them() -> None:
+    """What a restarted worker rebuilds from its ``recent`` table (in the table's order, not
+    the requests') is the prior an uninterrupted one holds, count for count."""
+    from streams.engine.recurrence import EMPTY_MEMORY, PRIOR_BUCKET_MS, ItemPrior
+
+    rng = np.random.default_rng(11)
+    prior, memories = ItemPrior(window_ms=4 * 3_600_000), {}
+    for n in range(400):
+        user = int(rng.integers(0, 25))
+        t = T0 + n * PRIOR_BUCKET_MS // 7
+        items = [int(x) for x in rng.choice(60, 8, replace=False)]
+        memories[user] = _remembered(prior, memories.get(user, EMPTY_MEMORY), f"r{n}", items, t)
+        if n % 50 == 49:
+            rebuilt = ItemPrior(window_ms=4 * 3_600_000)
+            order = list(memories.values())
+            rng.shuffle(order)  # type: ignore[arg-type]
+            rebuilt.rebuild(order)
+            assert rebuilt == prior
+            probe = list(range(60))
+            assert rebuilt.raw_counts(probe).tolist() == prior.raw_counts(probe).tolist()
+    assert prior.raw_counts(list(range(60))).sum() > 0
 
 
 def test_verifier_can_rank_by_the_recurrence_prior() -> None:
     """The verifier ranks by the recurrence inputs it is given (the speculate step attaches
     them to the proposals), never by reading the prior itself."""
-    from streams.engine.recurrence import ItemPrior, RecurrenceInputs
+    from streams.engine.recurrence import EMPTY_MEMORY, ItemPrior, RecurrenceInputs
 
-    prior = ItemPrior(half_life_ms=H)
-    prior.observe([102, 103], T0)
+    prior = ItemPrior(window_ms=MEMORY_MS)
+    _remembered(prior, EMPTY_MEMORY, "other", [102, 103], T0)
     items = [p.item_id for p in props(4)]
     inputs = RecurrenceInputs(prior.raw_counts(items), np.zeros(4))
     scores = _Scores([0.9, 0.8, 0.1, 0.2])
@@ -278,17 +324,16 @@ def test_pair_memory_counts_the_users_recent_lists_within_the_memory_window() ->
 def test_verifier_recurrence_ranking_prefers_the_users_own_recurring_items() -> None:
     from streams.engine.recurrence import EMPTY_MEMORY, ItemPrior, RecurrenceInputs
 
-    prior = ItemPrior(half_life_ms=H)
-    prior.observe([102, 103], T0 - 5)  # popular with someone else
-    prior.observe([102, 103], T0 - 4)
-    prior.observe([100], T0 - 3)  # user 1 saw 100 before
-    prior.observe([100, 101, 102, 103], T0)  # the request being verified
-    memory = EMPTY_MEMORY.remember("r0", [100], T0 - 3).remember("r1", [100, 101, 102, 103], T0)
+    prior = ItemPrior(window_ms=MEMORY_MS)
+    _remembered(prior, EMPTY_MEMORY, "x0", [102, 103], T0 - 5)  # popular with someone else
+    _remembered(prior, EMPTY_MEMORY, "y0", [102, 103], T0 - 4)
+    memory = _remembered(prior, EMPTY_MEMORY, "r0", [100], T0 - 3)  # user 1 saw 100 before
+    memory = _remembered(prior, memory, "r1", [100, 101, 102, 103], T0)  # the request verified
     items = [100, 101, 102, 103]
     inputs = RecurrenceInputs(prior.raw_counts(items), memory.pair_counts(items, T0, MEMORY_MS))
     v = Verifier(_Scores([0.1, 0.9, 0.5, 0.7]), replace(ENGINE_DEFAULTS.verifier, top_fraction=0.5))
     kept = v.verify_many([props(4)], recurrence=[inputs])[0]
-    # 100: own list twice (2 + prior); 102/103: once (1 + prior 1.0) -> VM breaks the tie: 103
+    # 100: own list twice (2 + prior 0.67); 102/103: once (1 + prior 1.0) -> VM breaks the tie
     assert [p.item_id for p in kept] == [100, 103]
 
 

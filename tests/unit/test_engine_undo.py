@@ -4,6 +4,7 @@ the undo log (:mod:`streams.engine.undo`) and the speculate step under it."""
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 import pytest
@@ -141,7 +142,9 @@ def _state(stages: Stages, table: Memories) -> tuple[object, ...]:
     assert isinstance(prior, ItemPrior) and reps is not None
     lists = {u: RECENT.dump(m) for u, m in table.items()}
     vectors = {u: reps.vector(u).tolist() for u in sorted(reps._vec)}
-    return dict(prior._counts._score), prior._counts._t0, lists, vectors, dict(reps._seen_at)
+    buckets = {b: dict(items) for b, items in prior._buckets.items()}
+    counts = (dict(prior._counts), buckets, prior._newest)
+    return counts, lists, vectors, dict(reps._seen_at)
 
 
 @pytest.mark.parametrize("fail_after", [30, 17])
@@ -172,17 +175,24 @@ def test_a_batch_run_again_after_an_error_gives_what_one_clean_run_gives(fail_af
 
 def test_a_redelivered_batch_after_its_state_was_saved_gives_the_same_pair_counts() -> None:
     """A worker that died after saving a batch's tables but before committing its offsets: the
-    next owner runs the batch's uncommitted tail again on the saved pair memories (a fresh item
-    prior, as after any restart); the pair counts are those of the first run, no request
-    counted twice, and the memories are unchanged."""
+    next owner rebuilds the item prior from the saved pair memories (as after any restart: the
+    counts the first owner held) and runs the batch's uncommitted tail again on them; the pair
+    counts are those of the first run, and no request is counted twice, in the memories or in
+    the prior. (The prior's counts on the rerun's messages include the tail's later lists; the
+    verify step skips these requests anyway: their ledger was saved before the memories.)"""
     requests = _requests()
     stages, table = _stages(), {}
     first, values = _batch(stages, requests, table)
     table.update(values)
     tail = _redeliverable_tail(requests)  # each user's last requests are in the saved memories
     assert tail >= 3
-    again, values_again = _batch(_stages(), requests[-tail:], table)
+    next_owner = _stages()
+    assert next_owner.prior is not None
+    next_owner.prior.rebuild(table.values())
+    assert next_owner.prior == stages.prior
+    again, values_again = _batch(next_owner, requests[-tail:], table)
     assert values_again == {u: table[u] for u in values_again}
+    assert next_owner.prior == stages.prior
     assert [b.pair_counts if b else None for b in again] == [
         b.pair_counts if b else None for b in first[-tail:]
     ]
@@ -203,7 +213,7 @@ def test_the_undo_log_is_off_outside_a_batch() -> None:
     with undone_on_error(stages) as undo:
         _batch(stages, _requests()[:3], {})
         assert len(undo) > 0
-    assert stages.prior is not None and stages.prior._counts.undo is None
+    assert stages.prior is not None and stages.prior.undo is None
     assert stages.reps is not None and stages.reps._undo is None
 
 
@@ -238,8 +248,8 @@ def test_request_step_is_speculate_then_the_representation_as_both_drivers_ran_t
 
 
 def test_request_step_loads_only_the_state_its_stages_read() -> None:
-    """No neighbour tier: no representation loaded; a ranking without the pair memory: no
-    memory loaded or returned."""
+    """No neighbour tier: no representation loaded; a ranking without the pair memory (and so
+    without the item prior, which counts its lists): no memory loaded or returned."""
     from dataclasses import replace
 
     def never() -> None:
@@ -252,7 +262,52 @@ def test_request_step_loads_only_the_state_its_stages_read() -> None:
     )
     want, _ = speculate(rec, {}, frozenset, [], EMPTY_MEMORY, _stages())
     assert got.rep is None and got.proposals == want and got.memory is not None
-    stages = replace(_stages(), reps=None, pair_memory_ms=None)
+    stages = replace(_stages(), reps=None, pair_memory_ms=None, prior=None)
     got = request_step(rec, {}, frozenset, [], StoredUserState(never, never), stages, HORIZON_MS)
     assert got.memory is None and got.proposals is not None
-    assert set(got.proposals.pair_counts) == {0}
+    assert got.proposals.pair_counts == () and got.proposals.prior_counts == ()  # no inputs
+    with pytest.raises(RuntimeError, match="needs the memory"):
+        speculate(rec, {}, frozenset, [], None, replace(_stages(), pair_memory_ms=None))
+
+
+def test_the_item_prior_is_undone_across_window_moves_and_savepoints() -> None:
+    """A batch whose lists move the prior's window (buckets expire, new ones open) and drop
+    lists from memories: a rollback to a request's savepoint, then of the whole batch, gives
+    the counts as they were at each point, bucket by bucket."""
+    import copy
+
+    from streams.engine.recurrence import PRIOR_BUCKET_MS, ItemPrior
+    from streams.engine.undo import UndoLog
+
+    rng = np.random.default_rng(5)
+    prior = ItemPrior(window_ms=3 * PRIOR_BUCKET_MS)
+    memories: dict[int, PairMemory] = {}
+
+    def step(n: int) -> None:
+        user = int(rng.integers(0, 4))
+        before = memories.get(user, EMPTY_MEMORY)
+        items = [int(x) for x in rng.choice(30, 6, replace=False)]
+        after = before.remember(f"r{n}", items, T0 + n * PRIOR_BUCKET_MS // 3)
+        prior.replace(before, after)
+        memories[user] = after
+
+    def snapshot() -> tuple[Any, ...]:
+        return copy.deepcopy((prior._counts, prior._buckets, prior._newest, memories))
+
+    for n in range(20):
+        step(n)
+    at_start = snapshot()
+    undo = UndoLog()
+    prior.begin(undo)
+    for n in range(20, 35):
+        step(n)
+    mark, at_mark = undo.savepoint(), snapshot()
+    for n in range(35, 50):  # several buckets expire in here
+        step(n)
+    undo.rollback_to(mark)
+    memories = dict(at_mark[3])  # the driver's own state (its tables)
+    assert snapshot() == at_mark
+    undo.rollback()
+    prior.end()
+    memories = dict(at_start[3])
+    assert snapshot() == at_start

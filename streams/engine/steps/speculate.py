@@ -42,18 +42,22 @@ def speculate(
     ``confirmed``: the user's embeddings that came back (:mod:`streams.engine.ledger`), loaded
     on demand; ``memory``: the user's stored pair memory (None: the ranking reads none).
 
-    Also feeds the recurrence inputs with the request's candidates *after* proposing, then
-    attaches each proposal's inputs as of this request (the verify step ranks by them, so it
-    never reads the prior: a pure function of the message and the ledger).
+    Also remembers the request's candidates *after* proposing (the pair memory, and the item
+    prior that counts the memories' lists), then attaches each proposal's inputs as of this
+    request (the verify step ranks by them, so it never reads the prior: a pure function of the
+    message and the ledger).
     """
     chosen, strategies = stages.speculator.choose(
         rec, ledger, confirmed, recent_positive_items(entries)
     )
     prior, t = stages.prior, rec.event_time_ms
-    if prior is not None:
-        prior.observe(rec.candidates, t)
     if memory is not None:
-        memory = memory.remember(rec.request_id, rec.candidates, t)
+        remembered = memory.remember(rec.request_id, rec.candidates, t)
+        if prior is not None:
+            prior.replace(memory, remembered)
+        memory = remembered
+    elif prior is not None:
+        raise RuntimeError("the item prior counts the pair memories: the step needs the memory")
     if not chosen:
         return None, memory
     items = tuple(chosen)
