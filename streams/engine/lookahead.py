@@ -1,137 +1,136 @@
 """Look-ahead sources for speculation: item co-visitation and trending items, in event time.
 
-Both are counted from impressions as they stream by (only the past), with exponential decay so
-old co-visits and old popularity fade. In the live pipeline each worker keeps its own counts over
-the users of its partitions: an approximation of the global counts that needs no shuffle.
+Both count what the users' histories hold (:class:`Lookahead`), so a restarted or rebalanced
+worker rebuilds them from its ``history`` table. In the live pipeline each worker counts the
+histories of its own partitions' users: an approximation of the global counts that needs no
+shuffle.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import repeat
-
-import numpy as np
 
 from streams.engine.undo import UndoLog
+from streams.engine.window_counts import WindowCounts
+
+#: how many of the user's engaged items before an engagement count as co-visited with it
+PARTNERS = 5
+
+Entry = tuple[int, int, int]  #: a history entry (item, label, event time), as the history holds
 
 
-class DecayedCounter:
-    """Counts with exponential time decay (half-life in event-time ms)."""
-
-    def __init__(self, half_life_ms: int) -> None:
-        self._rate = math.log(2) / half_life_ms
-        self._score: dict[int, float] = {}
-        self._t0: int | None = None
-        #: records every change while a batch runs (:mod:`streams.engine.undo`); None = off
-        self.undo: UndoLog | None = None
-
-    def add(self, key: int, event_time_ms: int, weight: float = 1.0) -> None:
-        undo = self.undo
-        if self._t0 is None:
-            if undo is not None:
-                undo.attribute(self, "_t0")
-            self._t0 = event_time_ms
-        exponent = self._rate * (event_time_ms - self._t0)
-        if exponent > 200:  # rebase before the growing weights overflow a float
-            if undo is not None:
-                undo.attribute(self, "_t0")
-                undo.attribute(self, "_score")
-            shrink = math.exp(-exponent)
-            self._score = {k: v * shrink for k, v in self._score.items() if v * shrink > 1e-12}
-            self._t0, exponent = event_time_ms, 0.0
-        # Scores are stored relative to t0 (growing weights) so old ones need no update.
-        if undo is not None:
-            undo.entry(self._score, key)
-        self._score[key] = self._score.get(key, 0.0) + weight * math.exp(exponent)
-        if len(self._score) > 200_000:
-            self._prune()
-
-    def add_many(self, keys: Iterable[int], event_time_ms: int) -> None:
-        """:meth:`add` of each key in order, with weight 1 (the same floats: the rebase and the
-        increment depend on the event time only, so they are computed once)."""
-        keys = [int(k) for k in keys]
-        if not keys:
-            return
-        self.add(keys[0], event_time_ms)  # t0, rebase and the undo of those, once
-        assert self._t0 is not None
-        increment = math.exp(self._rate * (event_time_ms - self._t0))
-        if self.undo is not None:  # a prune below records the whole dict it replaces
-            self.undo.entries(self._score, keys[1:])
-        for key in keys[1:]:
-            score = self._score
-            score[key] = score.get(key, 0.0) + increment
-            if len(score) > 200_000:
-                self._prune()
-
-    def _prune(self) -> None:
-        if self.undo is not None:
-            self.undo.attribute(self, "_score")
-        keep = heapq.nlargest(100_000, self._score.items(), key=lambda kv: kv[1])
-        self._score = dict(keep)
-
-    def value(self, key: int) -> float:
-        """Current (relative) score of ``key``; 0 when never seen."""
-        return self._score.get(key, 0.0)
-
-    def values(self, keys: Sequence[int]) -> np.ndarray:
-        """:meth:`value` of each key, float64 ``[n]``, in one C-level pass over the keys (a
-        NumPy integer key finds the same entry: it hashes and compares as the Python int)."""
-        return np.fromiter(map(self._score.get, keys, repeat(0.0)), np.float64, len(keys))
-
-    def top(self, n: int, exclude: set[int] | None = None) -> list[int]:
-        exclude = exclude or set()
-        best = heapq.nlargest(n + len(exclude), self._score.items(), key=lambda kv: kv[1])
-        return [k for k, _ in best if k not in exclude][:n]
+def covisited_pairs(entries: Sequence[Entry], window_ms: int) -> Counter[tuple[int, int]]:
+    """The co-visits one user's history holds (time-sorted ``entries``): each engaged entry with
+    each of the :data:`PARTNERS` engaged entries before it that are at most ``window_ms``
+    older and of another item, both ways round."""
+    pairs: Counter[tuple[int, int]] = Counter()
+    before: list[tuple[int, int]] = []  # the engaged (item, time) so far, newest last
+    for item, label, t in entries:
+        if not label:
+            continue
+        for other, seen in before[-PARTNERS:]:
+            if other != item and t - seen <= window_ms:
+                pairs[(other, item)] += 1
+                pairs[(item, other)] += 1
+        before.append((item, t))
+    return pairs
 
 
 class CoVisitation:
-    """Item -> items engaged by the same user within ``window_ms`` (bounded neighbour lists)."""
+    """Item -> items engaged by the same user within ``window_ms``: the co-visits the users'
+    histories hold (:func:`covisited_pairs`), as integer counts."""
 
-    def __init__(self, window_ms: int = 3_600_000, max_neighbours: int = 50) -> None:
+    def __init__(self, window_ms: int = 3_600_000) -> None:
         self.window_ms = window_ms
-        self.max_neighbours = max_neighbours
-        self._pairs: dict[int, dict[int, float]] = defaultdict(dict)
+        self._pairs: dict[int, dict[int, int]] = {}
+        #: records every change while a batch runs (:mod:`streams.engine.undo`); None = off
+        self.undo: UndoLog | None = None
 
-    def add_session(
-        self, recent_items: list[tuple[int, int]], item_id: int, event_time_ms: int
-    ) -> None:
-        """Count ``item_id`` as co-visited with the user's recent ``(item, time)`` engagements."""
-        for other, t in recent_items:
-            if other == item_id or event_time_ms - t > self.window_ms:
-                continue
-            for a, b in ((other, item_id), (item_id, other)):
-                row = self._pairs[a]
-                row[b] = row.get(b, 0.0) + 1.0
-                if len(row) > 2 * self.max_neighbours:
-                    kept = heapq.nlargest(self.max_neighbours, row.items(), key=lambda kv: kv[1])
-                    self._pairs[a] = dict(kept)
+    def add(self, pairs: Counter[tuple[int, int]], sign: int) -> None:
+        """Count (``sign`` 1) or uncount (-1) ``pairs``."""
+        undo, rows = self.undo, self._pairs
+        for (a, b), n in pairs.items():
+            row = rows.get(a)
+            if row is None:
+                if undo is not None:
+                    undo.entry(rows, a)
+                row = rows[a] = {}
+            if undo is not None:
+                undo.entry(row, b)
+            row[b] = left = row.get(b, 0) + sign * n
+            if not left:
+                del row[b]
+                if not row:
+                    if undo is not None:
+                        undo.entry(rows, a)
+                    del rows[a]
 
     def neighbours(self, item_id: int, n: int) -> list[int]:
+        """The ``n`` items most often co-visited with ``item_id`` (ties: the smaller id)."""
         row = self._pairs.get(item_id)
         if not row:
             return []
-        return [k for k, _ in heapq.nlargest(n, row.items(), key=lambda kv: kv[1])]
+        return [k for k, _ in heapq.nsmallest(n, row.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CoVisitation) and self._pairs == other._pairs
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class Lookahead:
-    """Co-visitation neighbours of what the user just engaged with, then trending items."""
+    """Co-visitation neighbours of what the user just engaged with, then trending items: both a
+    view of the users' histories (the ``history`` table), followed as each history changes
+    (:meth:`replace`) and rebuilt from the table after a restart or a rebalance
+    (:meth:`rebuild`) to the same integer counts.
+
+    Trending counts each history entry of the last ``trending_window_ms`` (whole buckets,
+    :mod:`streams.engine.window_counts`), an engaged one twice. Until 2026-12-07 both were
+    counts of every impression the process had seen (trending decayed with a 1 h half-life,
+    co-visitation lists pruned to the 50 largest), which a new process started from nothing.
+    """
 
     def __init__(
-        self, covisit_window_ms: int = 3_600_000, trending_half_life_ms: int = 3_600_000
+        self, covisit_window_ms: int = 3_600_000, trending_window_ms: int = 3_600_000
     ) -> None:
         self.covisit = CoVisitation(covisit_window_ms)
-        self.trending = DecayedCounter(trending_half_life_ms)
+        self.trending = WindowCounts(trending_window_ms)
 
-    def observe(
-        self, recent_positive: list[tuple[int, int]], item_id: int, label: int, event_time_ms: int
-    ) -> None:
-        """Feed one impression; ``recent_positive`` = the user's earlier engaged ``(item, time)``."""
-        self.trending.add(item_id, event_time_ms, 1.0 + label)
-        if label:
-            self.covisit.add_session(recent_positive, item_id, event_time_ms)
+    @property
+    def undo(self) -> UndoLog | None:
+        """The log recording changes now (None: none)."""
+        return self.trending.undo
+
+    def begin(self, undo: UndoLog) -> None:
+        """Record every change in ``undo`` until :meth:`end` (one live batch)."""
+        self.covisit.undo = self.trending.undo = undo
+
+    def end(self) -> None:
+        self.covisit.undo = self.trending.undo = None
+
+    def replace(self, before: Sequence[Entry], after: Sequence[Entry]) -> None:
+        """Follow one user's history from ``before`` to ``after`` (a redelivery: unchanged)."""
+        if before == after:
+            return
+        gone, new = Counter(before), Counter(after)
+        for (item, label, t), n in (new - gone).items():
+            self.trending.add(t, [item], n * (1 + label))
+        for (item, label, t), n in (gone - new).items():
+            self.trending.add(t, [item], -n * (1 + label))
+        window = self.covisit.window_ms
+        old_pairs, new_pairs = covisited_pairs(before, window), covisited_pairs(after, window)
+        self.covisit.add(new_pairs - old_pairs, 1)
+        self.covisit.add(old_pairs - new_pairs, -1)
+
+    def rebuild(self, histories: Iterable[Sequence[Entry]]) -> None:
+        """Start again from the users' histories (in any order): the counts that following
+        them holds."""
+        self.trending.clear()
+        self.covisit = CoVisitation(self.covisit.window_ms)
+        for entries in histories:
+            self.replace((), entries)
 
     def propose(self, recent_positive_items: list[int], n: int, exclude: set[int]) -> list[int]:
         """Up to ``n`` items: co-visited with the newest engagements first, then trending."""
@@ -146,3 +145,12 @@ class Lookahead:
                     return out
         out.extend(self.trending.top(n - len(out), seen))
         return out
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Lookahead)
+            and self.covisit == other.covisit
+            and self.trending == other.trending
+        )
+
+    __hash__ = None  # type: ignore[assignment]

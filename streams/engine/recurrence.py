@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from streams.engine.undo import UndoLog
+from streams.engine.window_counts import BUCKET_MS, WindowCounts
 
 #: candidate lists counted per request (the user's newest up to the request)
 LISTS_PER_USER = 4
@@ -57,7 +58,7 @@ PRIOR_RANKINGS = ("recurrence", "prior", "vm_x_prior")
 
 #: the item prior counts lists in event-time buckets of this length (its window moves a bucket
 #: at a time, so the counts are integers that no processing order can change)
-PRIOR_BUCKET_MS = 10 * 60_000
+PRIOR_BUCKET_MS = BUCKET_MS
 
 
 class ItemPrior:
@@ -66,31 +67,27 @@ class ItemPrior:
 
     The lists are exactly those the users' pair memories hold (the ``recent`` table), so a
     restarted or rebalanced worker rebuilds the same counts from that table
-    (:meth:`rebuild`) that an uninterrupted one holds. Counts are integers over whole
-    buckets of :data:`PRIOR_BUCKET_MS`: the window covers the newest bucket seen and the
-    ones before it up to ``window_ms``, so neither the order in which lists are added nor
-    float rounding can change a count. (Until 2026-12-07 the prior was a float decayed count of
-    every list the process had seen, which a new process could not rebuild.)
+    (:meth:`rebuild`) that an uninterrupted one holds (:mod:`streams.engine.window_counts`:
+    integers over whole buckets of :data:`PRIOR_BUCKET_MS`). Until 2026-12-07 the prior was a
+    float decayed count of every list the process had seen, which a new process could not
+    rebuild.
     """
 
     def __init__(self, window_ms: int, bucket_ms: int = PRIOR_BUCKET_MS) -> None:
-        if window_ms <= 0 or bucket_ms <= 0:
-            raise ValueError(f"window_ms and bucket_ms must be positive ({window_ms}, {bucket_ms})")
-        self.bucket_ms = bucket_ms
-        self.window_buckets = -(-window_ms // bucket_ms)
-        self._counts: dict[int, int] = {}  #: item -> lists in the window that hold it
-        self._buckets: dict[int, dict[int, int]] = {}  #: bucket -> item -> lists of it
-        self._newest: int | None = None  #: the newest bucket a list was added to
-        #: records every change while a batch runs (:mod:`streams.engine.undo`); None = off
-        self.undo: UndoLog | None = None
+        self.window = WindowCounts(window_ms, bucket_ms)
+
+    @property
+    def undo(self) -> UndoLog | None:
+        """The log recording changes now (None: none)."""
+        return self.window.undo
 
     def begin(self, undo: UndoLog) -> None:
         """Record every change in ``undo`` until :meth:`end` (one live batch)."""
-        self.undo = undo
+        self.window.undo = undo
 
     def end(self) -> None:
         """Stop recording (after the batch's commit or rollback)."""
-        self.undo = None
+        self.window.undo = None
 
     def replace(self, before: PairMemory, after: PairMemory) -> None:
         """Follow one user's pair memory from ``before`` to ``after``: count the lists it
@@ -99,80 +96,29 @@ class ItemPrior:
         had = {k.request_id for k in before.lists}
         for listed in after.lists:
             if listed.request_id not in had:
-                self._add(listed, 1)
+                self.window.add(listed.seen_at_ms, listed.items.tolist())
         for listed in before.lists:
             if listed.request_id not in kept:
-                self._add(listed, -1)
+                self.window.add(listed.seen_at_ms, listed.items.tolist(), -1)
 
     def rebuild(self, memories: Iterable[PairMemory]) -> None:
         """Start again from the pair memories (a worker's ``recent`` table after a restart or
         a rebalance): the counts an uninterrupted run over the same lists holds."""
-        self._counts, self._buckets, self._newest = {}, {}, None
+        self.window.clear()
         for memory in memories:
             for listed in memory.lists:
-                self._add(listed, 1)
+                self.window.add(listed.seen_at_ms, listed.items.tolist())
 
     def raw_counts(self, item_ids: Sequence[int]) -> np.ndarray:
         """Lists in the window that hold each item, float64 ``[n]`` (not normalised)."""
-        get = self._counts.get
-        return np.fromiter((get(int(i), 0) for i in item_ids), np.float64, len(item_ids))
+        return self.window.values(item_ids, len(item_ids))
 
     def scores(self, item_ids: Sequence[int]) -> np.ndarray:
         """Relative item-prior scores in [0, 1], float64 ``[n]`` (max = 1 within the call)."""
         return normalised(self.raw_counts(item_ids))
 
-    def _add(self, listed: RecentList, sign: int) -> None:
-        bucket = listed.seen_at_ms // self.bucket_ms
-        if sign < 0 and bucket not in self._buckets:
-            return  # its bucket left the window: already uncounted
-        if sign > 0 and self._newest is not None and bucket <= self._newest - self.window_buckets:
-            return  # older than the window
-        items = listed.items.tolist()
-        undo = self.undo
-        per_bucket = self._buckets.get(bucket)
-        if per_bucket is None:
-            if undo is not None:
-                undo.entry(self._buckets, bucket)  # absent before
-            per_bucket = self._buckets[bucket] = {}
-        if undo is not None:  # old values of the keys only: no copy of a whole bucket
-            undo.entries(per_bucket, items)
-            undo.entries(self._counts, items)
-        counts = self._counts
-        for item in items:
-            counts[item] = n = counts.get(item, 0) + sign
-            if not n:
-                del counts[item]
-            per_bucket[item] = m = per_bucket.get(item, 0) + sign
-            if not m:
-                del per_bucket[item]
-        if self._newest is None or bucket > self._newest:
-            if undo is not None:
-                undo.attribute(self, "_newest")
-            self._newest = bucket
-            self._expire(bucket - self.window_buckets)
-
-    def _expire(self, last: int) -> None:
-        """Uncount every bucket up to ``last`` (it left the window)."""
-        undo = self.undo
-        for bucket in [b for b in self._buckets if b <= last]:
-            if undo is not None:  # the dict itself: it is not changed once out of the window
-                undo.entry(self._buckets, bucket)
-            items = self._buckets.pop(bucket)
-            if undo is not None:
-                undo.entries(self._counts, list(items))
-            counts = self._counts
-            for item, n in items.items():
-                left = counts[item] - n
-                if left:
-                    counts[item] = left
-                else:
-                    del counts[item]
-
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ItemPrior) and (self._counts, self._newest) == (
-            other._counts,
-            other._newest,
-        )
+        return isinstance(other, ItemPrior) and self.window == other.window
 
     __hash__ = None  # type: ignore[assignment]
 

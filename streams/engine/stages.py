@@ -7,7 +7,7 @@ aggregator and representations separately (two copies that could drift); both no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -43,12 +43,17 @@ class Stages:
     reps: UserRepresentations | None
 
 
-def _held(stages: Stages) -> list[ItemPrior | UserRepresentations]:
+Held = ItemPrior | UserRepresentations | Lookahead  #: in-process state under an undo log
+
+
+def _held(stages: Stages) -> list[Held]:
+    """What the speculate step changes (the look-ahead is the history step's: its agent
+    undoes it, :func:`rolled_back_on_error`)."""
     return [s for s in (stages.prior, stages.reps) if s is not None]
 
 
 @contextmanager
-def _recording(held: list[ItemPrior | UserRepresentations]) -> Iterator[UndoLog]:
+def _recording(held: Sequence[Held]) -> Iterator[UndoLog]:
     """A fresh log recording every change of ``held`` until the block ends."""
     undo = UndoLog()
     for state in held:
@@ -65,7 +70,14 @@ def undone_on_error(stages: Stages) -> Iterator[UndoLog]:
     """Run one batch of the speculate step so that an exception leaves the in-process state
     (item prior, user representations) as before the batch: the live driver runs a
     failed batch again, whole (:mod:`streams.engine.undo`). Not reentrant."""
-    with _recording(_held(stages)) as undo:
+    with rolled_back_on_error(_held(stages)) as undo:
+        yield undo
+
+
+@contextmanager
+def rolled_back_on_error(held: Sequence[Held]) -> Iterator[UndoLog]:
+    """Record every change of ``held`` over the block; an exception restores them all."""
+    with _recording(held) as undo:
         try:
             yield undo
         except BaseException:

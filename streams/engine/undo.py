@@ -19,12 +19,12 @@ what it had observed of it). It is pure bookkeeping: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any
 
 _MISSING = object()
-_ENTRY, _ATTRIBUTE, _ENTRIES = 0, 1, 2
+_ENTRY, _ATTRIBUTE, _ENTRIES, _CALL = 0, 1, 2, 3
 
 
 class UndoLog:
@@ -64,6 +64,11 @@ class UndoLog:
         """Remember ``owner.name`` before it is replaced (e.g. a dict rebuilt by a prune)."""
         self._records.append((owner, name, getattr(owner, name), _ATTRIBUTE))
 
+    def call(self, undo: Callable[..., Any], *args: Any) -> None:
+        """Run ``undo(*args)`` on rollback, in its turn (newest first): the inverse of a
+        change no recorded value restores cheaply, e.g. ``list.pop`` after an ``append``."""
+        self._records.append((undo, args, None, _CALL))
+
     def savepoint(self) -> int:
         """Mark the state as of now for :meth:`rollback_to`. Values are then recorded again at
         their next first change (a value first changed before the mark may change after it)."""
@@ -76,6 +81,8 @@ class UndoLog:
         for target, key, old, kind in reversed(self._records[mark:]):
             if kind == _ATTRIBUTE:
                 setattr(target, key, old)
+            elif kind == _CALL:
+                target(*key)
             elif kind == _ENTRY:
                 _restore(target, key, old)
             else:

@@ -12,7 +12,7 @@ from schemas.records import PairProposal, RequestEvent
 from streams.engine.config import ENGINE_DEFAULTS
 from streams.engine.embedder import Embedder
 from streams.engine.history import UserHistory
-from streams.engine.lookahead import DecayedCounter, Lookahead
+from streams.engine.lookahead import Lookahead
 from streams.engine.models import EngineModels
 from streams.engine.neighbours import NeighbourIndex, UserRepresentations
 from streams.engine.speculator import Speculator
@@ -47,10 +47,9 @@ def test_speculator_rejects_unknown_strategy() -> None:
 
 def test_lookahead_proposes_covisited_then_trending() -> None:
     la = Lookahead()
-    la.observe([], 1, 1, T0)
-    la.observe([(1, T0)], 2, 1, T0 + 10)  # 1 and 2 co-visited
-    for _ in range(3):
-        la.observe([], 9, 0, T0 + 20)  # 9 trending
+    la.replace([], [(1, 1, T0), (2, 1, T0 + 10)])  # user A engaged with 1 then 2: co-visited
+    for user in range(3):  # 9 trending: in three users' histories
+        la.replace([], [(9, 0, T0 + 20 + user)])
     spec = Speculator(
         replace(
             ENGINE_DEFAULTS.speculator, strategies=("candidates", "lookahead"), lookahead_items=2
@@ -65,6 +64,37 @@ def test_lookahead_proposes_covisited_then_trending() -> None:
     ]
 
 
+def test_lookahead_rebuilt_from_the_histories_equals_the_one_that_followed_them() -> None:
+    """What a restarted worker rebuilds from its ``history`` table (in the table's order) is
+    what an uninterrupted one holds: co-visits and trending counts, and so its proposals;
+    redeliveries, late impressions and histories at capacity included."""
+    from schemas.records import ImpressionEvent
+    from streams.engine.steps.history import observe_impression
+
+    rng = np.random.default_rng(17)
+    la, histories = Lookahead(), {}
+    for n in range(600):
+        user = int(rng.integers(0, 12))
+        late = int(rng.integers(0, 3)) == 0  # a late impression lands inside the history
+        t = T0 + n * 20_000 - (int(rng.integers(0, 600_000)) if late else 0)
+        imp = ImpressionEvent(
+            f"r{n}", user, int(rng.integers(0, 30)), t, 0, int(rng.integers(0, 2))
+        )
+        entries = histories.setdefault(user, [])
+        observe_impression(entries, imp, 8, la)
+        if n % 7 == 0:
+            observe_impression(entries, imp, 8, la)  # a redelivery
+        if n % 100 == 99:
+            rebuilt = Lookahead()
+            order = list(histories.values())
+            rng.shuffle(order)  # type: ignore[arg-type]
+            rebuilt.rebuild(order)
+            assert rebuilt == la
+            for item in range(30):
+                assert rebuilt.propose([item], 5, set()) == la.propose([item], 5, set())
+    assert la.covisit._pairs and la.trending.top(3)
+
+
 def test_choose_is_what_propose_proposes_without_the_objects() -> None:
     """The speculate step's path (items and strategies) and the proposals' agree, fresh skips,
     in-flight marks past the timeout and the budget included."""
@@ -77,23 +107,6 @@ def test_choose_is_what_propose_proposes_without_the_objects() -> None:
     assert items == [p.item_id for p in out] == [11, 12, 13, 14]
     assert strategies == [p.strategy for p in out]
     assert a.stats == b.stats and a.stats.skipped_fresh == 1 and a.stats.over_budget == 2
-
-
-def test_decayed_counter_values_are_each_keys_value() -> None:
-    c = DecayedCounter(half_life_ms=H)
-    c.add_many([3, 4, 3], T0)
-    c.add(5, T0 + H)
-    keys = [3, 4, 5, 6]
-    want = [c.value(k) for k in keys]
-    assert c.values(keys).tolist() == want == c.values(np.array(keys, np.int64)).tolist()
-    assert want[0] == 2 * want[1] and want[3] == 0.0
-
-
-def test_decayed_counter_survives_long_spans() -> None:
-    c = DecayedCounter(half_life_ms=H)
-    c.add(1, T0)
-    c.add(2, T0 + 10_000 * H)  # would overflow without rebasing
-    assert c.top(1) == [2]
 
 
 class _Scores:

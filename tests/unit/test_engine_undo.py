@@ -11,7 +11,6 @@ import pytest
 
 from schemas.records import ProposalBatch, RequestEvent
 from streams.engine.config import ENGINE_DEFAULTS
-from streams.engine.lookahead import DecayedCounter
 from streams.engine.models import EngineModels
 from streams.engine.recurrence import EMPTY_MEMORY, REDELIVERY_SLACK, ItemPrior, PairMemory
 from streams.engine.stages import Stages, build_stages, undone_on_error
@@ -76,21 +75,6 @@ def test_rollback_to_a_savepoint_undoes_only_what_came_after_it() -> None:
     assert mapping == {1: "a"}
 
 
-def test_a_decayed_counter_rolls_back_across_a_rebase_and_a_prune() -> None:
-    counter = DecayedCounter(half_life_ms=1)
-    counter.add(1, T0)
-    before = dict(counter._score), counter._t0
-    undo = UndoLog()
-    counter.undo = undo
-    counter.add(1, T0 + 10)
-    counter.add(2, T0 + 1_000)  # 1,000 half-lives later: the scores are rebased
-    counter.add(2, T0 + 1_001)
-    assert counter._t0 != before[1]
-    counter._prune()
-    undo.rollback()
-    assert (dict(counter._score), counter._t0) == before
-
-
 def _stages() -> Stages:
     return build_stages(
         ENGINE_DEFAULTS.speculator,
@@ -142,8 +126,9 @@ def _state(stages: Stages, table: Memories) -> tuple[object, ...]:
     assert isinstance(prior, ItemPrior) and reps is not None
     lists = {u: RECENT.dump(m) for u, m in table.items()}
     vectors = {u: reps.vector(u).tolist() for u in sorted(reps._vec)}
-    buckets = {b: dict(items) for b, items in prior._buckets.items()}
-    counts = (dict(prior._counts), buckets, prior._newest)
+    window = prior.window
+    buckets = {b: list(items) for b, items in window._buckets.items()}
+    counts = (dict(window._counts), buckets, window._newest)
     return counts, lists, vectors, dict(reps._seen_at)
 
 
@@ -292,7 +277,8 @@ def test_the_item_prior_is_undone_across_window_moves_and_savepoints() -> None:
         memories[user] = after
 
     def snapshot() -> tuple[Any, ...]:
-        return copy.deepcopy((prior._counts, prior._buckets, prior._newest, memories))
+        window = prior.window
+        return copy.deepcopy((window._counts, window._buckets, window._newest, memories))
 
     for n in range(20):
         step(n)
@@ -311,3 +297,54 @@ def test_the_item_prior_is_undone_across_window_moves_and_savepoints() -> None:
     prior.end()
     memories = dict(at_start[3])
     assert snapshot() == at_start
+
+
+def test_the_lookahead_counts_of_a_failed_history_batch_are_undone() -> None:
+    """The history agent runs a batch under :func:`rolled_back_on_error` for the look-ahead: a
+    batch that fails leaves the co-visits and trending counts as before it, so its rerun counts
+    its impressions once."""
+    import copy
+
+    from schemas.records import ImpressionEvent
+    from streams.engine.lookahead import Lookahead
+    from streams.engine.stages import rolled_back_on_error
+    from streams.engine.steps.history import observe_impression
+
+    rng = np.random.default_rng(9)
+    la, histories = Lookahead(), {u: [] for u in range(5)}  # type: ignore[var-annotated]
+
+    def impressions(first: int, last: int) -> None:
+        for n in range(first, last):
+            user, item = int(rng.integers(0, 5)), int(rng.integers(0, 20))
+            imp = ImpressionEvent(f"r{n}", user, item, T0 + n * 400_000, 0, n % 2)
+            observe_impression(histories[user], imp, 6, la)
+
+    impressions(0, 30)
+    before = copy.deepcopy((la.covisit._pairs, la.trending._counts, la.trending._buckets))
+    kept = copy.deepcopy(histories)
+    with pytest.raises(DeliveryFailed), rolled_back_on_error([la]):
+        impressions(30, 60)  # the trending window moves in here
+        raise DeliveryFailed
+    assert (la.covisit._pairs, la.trending._counts, la.trending._buckets) == before
+    assert la.undo is None
+    rebuilt = Lookahead()
+    rebuilt.rebuild(kept.values())  # the tables were not saved: they hold the state before
+    assert rebuilt == la
+
+
+def test_a_recorded_call_runs_on_rollback_in_its_turn() -> None:
+    """``call`` undoes a change no recorded value restores cheaply (an append): in order with
+    the other records, newest first, and only for the part rolled back."""
+    log, mapping = UndoLog(), {"k": 1}
+    appended: list[int] = []
+    appended.append(1)
+    log.call(appended.pop)
+    mark = log.savepoint()
+    log.entry(mapping, "k")
+    mapping["k"] = 2
+    appended.append(2)
+    log.call(appended.pop)
+    log.rollback_to(mark)
+    assert appended == [1] and mapping == {"k": 1}
+    log.rollback()
+    assert appended == [] and len(log) == 0

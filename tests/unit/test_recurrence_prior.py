@@ -96,27 +96,3 @@ def test_the_pair_rankings_put_recurring_items_first(rank_by: str) -> None:
     assert recurrence_key("pair", vm, np.zeros(3), np.zeros(3)).tolist() == pytest.approx(
         (1e-6 * vm).tolist()
     )
-
-
-def test_add_many_equals_one_add_per_key_bit_for_bit() -> None:
-    """Same scores (exact floats), rebase and undo as :meth:`DecayedCounter.add` per key, over
-    repeated keys and gaps long enough to rebase."""
-    from streams.engine.lookahead import DecayedCounter
-    from streams.engine.undo import UndoLog
-
-    rng = np.random.default_rng(5)
-    one, many = DecayedCounter(1_000), DecayedCounter(1_000)
-    t = T0
-    for n in range(200):
-        t += int(rng.integers(0, 200_000 if n % 50 == 49 else 500))  # some gaps rebase
-        keys = rng.integers(0, 30, size=int(rng.integers(0, 12))).tolist()
-        undo_one, undo_many = UndoLog(), UndoLog()
-        one.undo, many.undo = undo_one, undo_many
-        for k in keys:
-            one.add(k, t)
-        many.add_many(keys, t)
-        assert many._score == one._score and many._t0 == one._t0, n
-        if n % 7 == 0:  # a rerun's rollback restores the same state
-            undo_one.rollback()
-            undo_many.rollback()
-            assert many._score == one._score and many._t0 == one._t0, n

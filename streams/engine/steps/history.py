@@ -1,5 +1,5 @@
-"""History step: an impression extends the user's interaction list (the FM's input) and feeds
-the look-ahead co-visitation counts."""
+"""History step: an impression extends the user's interaction list (the FM's input), and the
+look-ahead counts (a view of the histories) follow the change."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ def recent_positive_items(entries: list[Entry]) -> list[int]:
 def observe_impression(
     entries: list[Entry], imp: ImpressionEvent, capacity: int, lookahead: Lookahead | None
 ) -> list[Entry]:
-    """Add ``imp`` to ``entries`` (mutated and returned; idempotent on redelivery).
-
-    Look-ahead counts see the engaged items *before* this impression, as in event order.
-    """
-    if lookahead is not None:
-        recent = [(item, t) for item, label, t in entries if label][-RECENT_POSITIVES:]
-        lookahead.observe(recent, imp.item_id, imp.label, imp.event_time_ms)
-    return add_interaction(entries, imp.item_id, imp.label, imp.event_time_ms, capacity)
+    """Add ``imp`` to ``entries`` (mutated and returned; idempotent on redelivery); the
+    look-ahead counts follow the history's change (they count what the histories hold)."""
+    if lookahead is None:
+        return add_interaction(entries, imp.item_id, imp.label, imp.event_time_ms, capacity)
+    before = list(entries)
+    add_interaction(entries, imp.item_id, imp.label, imp.event_time_ms, capacity)
+    lookahead.replace(before, entries)
+    return entries

@@ -7,8 +7,6 @@ each request it runs first if due, exactly where the simulator runs it.
 from __future__ import annotations
 
 import collections
-import logging
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,11 +19,11 @@ from streams.engine.steps.speculate import SpeculateInputs, speculate_step
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current
 from streams.live.agents.verify import UserTables, VerifyAgent
+from streams.live.derived_state import RebuiltOnAssignment
 from streams.live.neighbours_job import NeighbourRefresher
 from streams.live.state import BatchState, history_from_table, ledger_from_table
 
 V = TypeVar("V")
-log = logging.getLogger(__name__)
 
 
 class RequestsBatch:
@@ -87,30 +85,17 @@ class SpeculateAgent:
         self.ctx, self.refresher, self.verifier = ctx, refresher, verifier
         self.proposals = metrics.bound(metrics.PROPOSALS)
         self.horizon_ms = ctx.parts.config.reader.neighbour_aggregate_ttl_ms
-        #: the consumer generation whose partitions the item prior counts (None: not yet built)
-        self.prior_generation: int | None = None
-
-    def follow_assignment(self) -> None:
-        """Rebuild the item prior from the ``recent`` table at the first batch after a start or
-        a rebalance: it counts the lists the pair memories of this worker's partitions hold, so
-        the worker gets the counts an uninterrupted one would hold (outside any batch's undo
-        log: a failed batch must not undo the rebuild)."""
-        prior = self.ctx.parts.stages.prior
-        generation = self.ctx.app.consumer_generation_id
-        if prior is None or generation == self.prior_generation:
-            return
-        started = time.perf_counter()
-        table = self.ctx.tables["recent"]
-        memories = [RECENT.load(value) for _, value in table.items()]
-        prior.rebuild(memories)
-        self.prior_generation = generation
-        log.info(
-            "item prior rebuilt from the pair memories",
-            extra={
-                "users": len(memories),
-                "generation": generation,
-                "seconds": round(time.perf_counter() - started, 3),
-            },
+        prior = ctx.parts.stages.prior
+        #: the item prior counts the lists the ``recent`` table holds (None: no prior)
+        self.follow_assignment = (
+            None
+            if prior is None
+            else RebuiltOnAssignment(
+                ctx.app,
+                ctx.tables["recent"],
+                "item prior",
+                lambda values: prior.rebuild(RECENT.load(v) for v in values),
+            )
         )
 
     async def admit(self, events: list[Any]) -> list[tuple[Any, RequestEvent]]:
@@ -165,7 +150,8 @@ class SpeculateAgent:
         neighbour refresh falls due: the refresh runs before that request, as in the simulator."""
         ctx, refresher = self.ctx, self.refresher
         speculated: list[tuple[Any, ProposalBatch]] = []
-        self.follow_assignment()
+        if self.follow_assignment is not None:
+            self.follow_assignment()
         state = RequestsBatch(ctx)
         with undone_on_error(ctx.parts.stages):
             admitted = await self.admit(events)
