@@ -14,10 +14,11 @@ table, used by all of them, so a value written by one reader is read the same wa
 | ``reps`` | the neighbour representation (:class:`SavedRep`) | :data:`REPS` |
 | ``recent`` | the user's last candidate lists, the pair memory (:class:`PairMemory`) | :data:`RECENT` |
 
-The item prior is not stored on its own: it counts the lists the ``recent`` values hold, so a
-worker rebuilds it from that table after a start or a rebalance
-(:meth:`streams.engine.recurrence.ItemPrior.rebuild`). The look-ahead counts (an optional
-speculation strategy, off by default) are process state, rebuilt from traffic and not stored.
+The counts a worker derives across users are not stored on their own: the item prior counts
+the lists the ``recent`` values hold and the look-ahead counts what the ``history`` values hold,
+so a worker rebuilds both from those tables after a start or a rebalance
+(:meth:`streams.engine.recurrence.ItemPrior.rebuild`,
+:meth:`streams.engine.lookahead.Lookahead.rebuild`, :mod:`streams.live.derived_state`).
 """
 
 from __future__ import annotations
