@@ -69,8 +69,14 @@ class WindowCounts:
             self._expire(bucket - self.window_buckets)
 
     def _apply(self, keys: Sequence[int], weight: int) -> None:
-        """Add ``weight`` to each of ``keys`` (distinct); recorded as its own inverse, which
-        restores the dict exactly (counts are integers; a count back at 0 is deleted)."""
+        """:meth:`_change`, recorded as its own inverse (which restores the dict exactly:
+        counts are integers, and a count back at 0 is deleted)."""
+        self._change(keys, weight)
+        if self.undo is not None:
+            self.undo.call(self._change, keys, -weight)
+
+    def _change(self, keys: Sequence[int], weight: int) -> None:
+        """Add ``weight`` to the count of each of ``keys`` (distinct)."""
         counts = self._counts
         totals = list(map(operator.add, map(counts.get, keys, repeat(0)), repeat(weight)))
         counts.update(zip(keys, totals, strict=True))  # C-level passes: it runs per request
@@ -78,8 +84,6 @@ class WindowCounts:
             for key, total in zip(keys, totals, strict=True):
                 if not total:
                     del counts[key]
-        if self.undo is not None:
-            self.undo.call(self._apply, keys, -weight)
 
     def _expire(self, last: int) -> None:
         """Uncount every bucket up to ``last`` (it left the window)."""
