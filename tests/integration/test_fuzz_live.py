@@ -16,7 +16,7 @@ a lockstep replay of valid traffic. Asserted:
 
 Fuzzed records that decode to a *valid* record are processed like any other, so they are kept
 away from what the valid traffic reads (see :func:`harmless`): other users and items, and event
-times that cannot move the worker's shared event-time state (the recurrence prior's clock).
+times that cannot move the worker's shared event-time state (the item prior's window).
 """
 
 from __future__ import annotations
@@ -72,17 +72,22 @@ def harmless(rec: Any, topic: str, valid: dict[str, Any], now_ms: int, future_ms
     """Whether a fuzzed message that decodes to ``rec`` leaves the valid traffic's values alone.
 
     Its user must not be a valid user (per-user state). On ``requests`` and ``speculated`` its
-    items must not be valid items: both feed the per-worker recurrence prior. Its event time must
+    items must not be valid items: requests feed the per-worker item prior. Its event time must
     not lie between 30 days after the valid traffic and a day past the admission limit: such an
-    event is admitted or not depending on timing (so the expected outcome would not be exact),
-    and an admitted one ~72 days ahead of the replay rebases the prior's decayed counts (one
-    request dated "now" during a replay of 2024 traffic zeroes the prior; see Fuzzing in
+    event is admitted or not depending on timing (so the expected outcome would not be exact).
+    A request must also not be dated at or after the valid traffic's start (up to that limit):
+    admitted, it moves the item prior's window to its own time, past the valid requests not yet
+    replayed, whose counts would then lack the lists of the buckets it expired (the prior
+    counts the pair memories over a window that follows the newest request; before 2026-12-07
+    it was a decayed count that only an event ~72 days ahead upset; see Fuzzing in
     docs/live-pipeline.md).
     """
     if rec.user_id in valid["users"]:
         return False
     t = rec.event_time_ms
     if valid["t_end"] + 30 * DAY_MS < t <= now_ms + future_ms + DAY_MS:
+        return False
+    if topic == "requests" and valid["t_start"] <= t <= now_ms + future_ms + DAY_MS:
         return False
     if topic in ("requests", "speculated"):
         items = rec.candidates if topic == "requests" else rec.item_ids
