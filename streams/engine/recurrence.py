@@ -92,6 +92,8 @@ class ItemPrior:
     def replace(self, before: PairMemory, after: PairMemory) -> None:
         """Follow one user's pair memory from ``before`` to ``after``: count the lists it
         gained, uncount the ones it dropped (a redelivered request changes neither)."""
+        if before is after:  # a redelivery: ``remember`` returned the memory unchanged
+            return
         kept = {k.request_id for k in after.lists}
         had = {k.request_id for k in before.lists}
         for listed in after.lists:
