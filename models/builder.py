@@ -7,6 +7,7 @@ models are seed 0's: ``fm``, ``vm`` (verifier) and the ``vm_solaris`` trained at
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -18,6 +19,7 @@ import numpy as np
 from models.bundle import FAIR_VM_FILE
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.evaluate import evaluate_runs
+from models.evaluate_names import shipped_vm_key
 from models.experiment import Impressions, SeedRun, run_seed, verifier_vm
 from models.export import OPSET, export_fm, export_fm_split, export_vm
 from models.runtime import TIER_NAMES
@@ -75,7 +77,8 @@ def build_bundle(
     """Train, evaluate and export into ``out_dir``; returns the evaluation report.
 
     With ``served`` the shipped ``vm_solaris`` is the one trained on what the serving engine
-    reads (``vm_solaris_engine``); without, the one trained on the offline tier construction.
+    reads (``vm_solaris_engine_kd`` with ``cfg.vm_solaris_with_kd``, else
+    ``vm_solaris_engine``); without, the one trained on the offline tier construction.
     """
     imps, traffic_meta = load_traffic_impressions(traffic_path)
     dataset = str(traffic_meta.get("dataset", "unknown"))
@@ -112,8 +115,8 @@ def write_bundle(
     if "vm_id_only" in run.vms:  # the ranking VMs are fair: ship the baseline TRs are against
         export_vm(run.vms["vm"], "vm_fair", out_dir / FAIR_VM_FILE, props)
     engine_trained = "vm_solaris_engine" in run.vms
-    shipped = run.vms["vm_solaris_engine" if engine_trained else "vm_solaris"]
-    export_vm(shipped, "vm_solaris", out_dir / "vm_solaris.onnx", props)
+    shipped = shipped_vm_key(run.vms, cfg.vm_solaris_with_kd)
+    export_vm(run.vms[shipped], "vm_solaris", out_dir / "vm_solaris.onnx", props)
     # Item vectors for the neighbour tier's user representation: the FM's item embedding table
     # (rows 0/1 are padding/OOV), aligned with the sorted FM item vocabulary.
     np.savez(
@@ -137,6 +140,12 @@ def write_bundle(
         # what the shipped vm_solaris learned from: the serving engine's reads, or the offline
         # construction (models.offline_tiers)
         "vm_solaris_trained_on": "engine" if engine_trained else "offline",
+        # which trained VM that is: vm_solaris_engine_kd (both channels; a store outage scores
+        # as vm_kd), vm_solaris_engine or vm_solaris (models.evaluate_names.shipped_vm_key)
+        "vm_solaris_is": shipped,
+        "vm_solaris_grid_point": dataclasses.asdict(run.tuned[shipped])
+        if shipped in run.tuned
+        else None,
         # vm_solaris reads the streaming user features (models.user_features) from histories
         "vm_user_features": cfg.vm_user_features,
         "engine_coverage": run.engine_coverage,

@@ -39,7 +39,9 @@ from models.evaluate_names import (
     LAGGED_TR,
     TR_MODELS,
     VS_ID_ONLY_TR,
+    shipped_vm_key,
 )
+from models.evaluate_shipped import degradation_pairs, shipped_block
 from models.experiment import Impressions, SeedRun
 from models.metrics import (
     BootstrapResult,
@@ -271,6 +273,7 @@ def evaluate_runs(
         "kd_missing_tier_minus_vm_kd": ("vm_solaris_engine_kd_missing", "vm_kd"),
     }
     kd_degradation = {k: v for k, v in kd_degradation.items() if v[0] in keys}
+    shipped = shipped_vm_key(keys, cfg.vm_solaris_with_kd)
     boot = user_bootstrap(
         users,
         y,
@@ -283,6 +286,7 @@ def evaluate_runs(
             "missing_minus_vm": (missing_model(keys, cfg), "vm"),
             "missing_tier_minus_vm": (missing_model(keys, cfg, "missing"), "vm"),
             **kd_degradation,
+            **degradation_pairs(shipped, keys),
         },
         headroom_pairs={name: (model, "vm_kd") for name, (model, _) in bars.items()},
     )
@@ -356,6 +360,8 @@ def evaluate_runs(
         "bootstrap": {"replicates": boot.replicates, "resampled": "users"},
         "config": cfg.to_dict(),
     }
+    # issue 22's verdict on the model the bundle ships
+    report["shipped"] = shipped_block(shipped, report, boot.diff_interval)
     return report if report["transfer_defined"] else withhold_transfer(report)
 
 

@@ -58,6 +58,17 @@ def _bar_line(report: dict[str, Any], bar: dict[str, Any]) -> str:
     )
 
 
+def _shipped_outage(shipped: dict[str, Any]) -> str:
+    deg = shipped.get("degradation")
+    if not deg:
+        return "."
+    lo, hi = deg["ci95"]
+    return (
+        f"; every input unavailable ({deg['model']}) − fair VM "
+        f"{_fmt(deg['ne_missing_minus_vm'])} [{_fmt(lo)}, {_fmt(hi)}] (paired)."
+    )
+
+
 def _ceiling_note(bar: dict[str, Any]) -> str:
     """The bar's ceiling: the FM itself against tuned KD (reports before it: nothing)."""
     ceiling = bar.get("ceiling")
@@ -83,9 +94,18 @@ def _bar_lines(report: dict[str, Any]) -> list[str]:
         return []
     lines = [""] + [
         _bar_line(report, report[name])
-        for name in ("beats_kd", "beats_kd_state_tier")
+        for name in ("beats_kd", "beats_kd_state_tier", "beats_kd_with_kd")
         if name in report
     ]
+    shipped = report.get("shipped")
+    if shipped is not None:
+        lo, hi = shipped["ne_kd_minus_served_ci95"]
+        lines.append(
+            f"Shipped vm_solaris = {shipped['model']} (bar {shipped['bar']}): "
+            f"{shipped['verdict']} (NE(kd) − NE(served) {_fmt(shipped['ne_kd_minus_served'])} "
+            f"[{_fmt(lo)}, {_fmt(hi)}]; the FM itself against KD: {shipped['fm_beats_kd']})"
+            + _shipped_outage(shipped)
+        )
     deg = report.get("degradation")
     if deg is not None:
         lo, hi = deg["ci95"]

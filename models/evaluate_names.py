@@ -3,6 +3,8 @@ ratio reads, and which ratios each table shows."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 #: TR name → model key at lag ``{lag}``; top-level models are the ``@0`` keys.
 TR_MODELS: dict[str, str] = {
     "kd": "vm_kd",
@@ -55,3 +57,15 @@ ENGINE_TR = (
 
 #: TRs reported a second time against the id-only VM when the ranking VMs are fair
 VS_ID_ONLY_TR = ("kd", "solaris", "solaris_engine")
+
+
+def shipped_vm_key(names: Collection[str], with_kd: bool) -> str:
+    """Which trained VM a bundle ships as ``vm_solaris`` (``TrainConfig.vm_solaris_with_kd``):
+    the engine-built VM trained with the KD loss as well when asked for and trained, else the
+    engine-built one, else the one trained on the offline tier construction. The builder and
+    the evaluation's ``shipped`` block both ask here, so the report judges what ships."""
+    if with_kd and "vm_solaris_engine_kd" in names:
+        return "vm_solaris_engine_kd"
+    if "vm_solaris_engine" in names:
+        return "vm_solaris_engine"
+    return "vm_solaris"

@@ -31,6 +31,12 @@ class EngineFields(BaseModel):
         "is reported as vm_id_only and stays the verifier. Live, the history agent then writes "
         "each user's history to the store and the ranker reads it in the same round trip.",
     )
+    vm_solaris_with_kd: bool = Field(
+        True,
+        description="Ship vm_solaris trained with the tuned KD loss as well as the FM's "
+        "embeddings (KD weight chosen on validation, 0 allowed): the ranker gets both channels "
+        "and a store outage scores as vm_kd. False ships the embedding-only vm_solaris.",
+    )
     embed_batch_size: int = Field(
         128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."
     )

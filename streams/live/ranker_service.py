@@ -225,7 +225,8 @@ class RankerService:
                 "vm_scores": vm_scores.tolist(),
                 "tiers": result.tiers.tolist(),
                 "baseline_fallback": fallback,
-                # the read failed and vm_solaris scored the rows with its own (fair) baseline
+                # the read failed and vm_solaris scored the rows with its own baseline (vm_kd when it
+                # ships with the KD loss, else the fair vm)
                 "baseline_in_graph": result.baseline_in_graph,
             }
             producer.produce(

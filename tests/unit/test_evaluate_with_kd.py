@@ -3,6 +3,7 @@ loss as well, against vm_kd) and its degradation against vm_kd, from given proba
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -104,3 +105,41 @@ def test_degradation_with_kd_is_against_vm_kd(
     assert rep["degradation"]["model"] == "vm_solaris_engine_unavailable"
     assert rep["degradation"]["baseline"] == "vm"
     assert "ne_missing_minus_vm" in rep["degradation"]
+
+
+def test_shipped_block_judges_the_model_the_bundle_ships(
+    report: tuple[dict[str, Any], list[SeedRun], np.ndarray],
+) -> None:
+    rep, runs, y = report
+    shipped = rep["shipped"]
+    assert CFG.vm_solaris_with_kd  # the default ships both channels
+    assert shipped["model"] == "vm_solaris_engine_kd" and shipped["bar"] == "beats_kd_with_kd"
+    bar = rep["beats_kd_with_kd"]
+    assert shipped["ne_kd_minus_served"] == bar["ne_kd_minus_served"]
+    assert shipped["ne_kd_minus_served_ci95"] == bar["ne_kd_minus_served_ci95"]
+    # the combined model is clearly better than KD here, with a positive FM gain
+    want = "meets" if bar["headroom_closure"] >= 0.26 else "ahead"
+    assert shipped["verdict"] == want
+    # its outage scores as vm_kd, judged against the fair VM with its own paired interval
+    deg = shipped["degradation"]
+    assert deg["model"] == "vm_solaris_engine_kd_unavailable" and deg["baseline"] == "vm"
+    ne = {
+        m: float(np.mean([normalized_entropy(y, r.test_probs[m]) for r in runs]))
+        for m in ("vm", "vm_kd")
+    }
+    assert deg["ne_missing_minus_vm"] == pytest.approx(ne["vm_kd"] - ne["vm"])
+    lo, hi = deg["ci95"]
+    assert lo <= deg["ne_missing_minus_vm"] <= hi and hi < 0  # vm_kd beats vm here
+    assert deg["holds"]
+    assert deg["missing_tier"]["model"] == "vm_solaris_engine_kd_missing"
+
+
+def test_shipped_block_without_kd_is_the_engine_vm_and_its_degradation() -> None:
+    y = (np.random.default_rng(3).random(N) < 0.4).astype(np.int8)
+    imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
+    runs = [_run(0, y), _run(1, y)]
+    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_with_kd=False))
+    shipped = rep["shipped"]
+    assert shipped["model"] == "vm_solaris_engine" and shipped["bar"] == "beats_kd"
+    assert shipped["degradation"] == rep["degradation"]
+    assert shipped["ne_kd_minus_served"] == rep["beats_kd"]["ne_kd_minus_served"]

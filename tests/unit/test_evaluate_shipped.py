@@ -1,0 +1,48 @@
+"""Issue 22's verdict words on the shipped model, and which trained VM ships."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models.evaluate_names import shipped_vm_key
+from models.evaluate_shipped import H_BAR, bar_verdict, degradation_pairs
+
+
+def _bar(lo: float, hi: float, h: float | None) -> dict[str, Any]:
+    return {"ne_kd_minus_served_ci95": [lo, hi], "headroom_closure": h}
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "h", "defined", "want"),
+    [
+        (0.001, 0.01, H_BAR, True, "meets"),
+        (0.001, 0.01, H_BAR - 0.01, True, "ahead"),
+        (0.001, 0.01, 5.0, False, "ahead"),  # h divides by noise: never "meets"
+        (0.001, 0.01, None, True, "ahead"),
+        (0.0, 0.01, 5.0, True, "level"),  # an interval touching 0 is not above it
+        (-0.002, 0.001, 5.0, True, "level"),
+        (-0.002, -0.0001, -3.0, True, "behind"),
+    ],
+)
+def test_bar_verdict(lo: float, hi: float, h: float | None, defined: bool, want: str) -> None:
+    assert bar_verdict(_bar(lo, hi, h), defined) == want
+
+
+def test_shipped_vm_key_prefers_both_channels_then_engine_then_offline() -> None:
+    trained = {"vm", "vm_kd", "vm_solaris", "vm_solaris_engine", "vm_solaris_engine_kd"}
+    assert shipped_vm_key(trained, True) == "vm_solaris_engine_kd"
+    assert shipped_vm_key(trained, False) == "vm_solaris_engine"
+    assert shipped_vm_key({"vm", "vm_solaris"}, True) == "vm_solaris"
+    assert shipped_vm_key({"vm", "vm_solaris", "vm_solaris_engine"}, True) == "vm_solaris_engine"
+
+
+def test_degradation_pairs_only_for_a_model_with_another_fallback() -> None:
+    keys = ["vm", "vm_solaris_engine_kd_unavailable", "vm_solaris_engine_kd_missing"]
+    assert degradation_pairs("vm_solaris_engine_kd", keys) == {
+        "shipped_unavailable_minus_vm": ("vm_solaris_engine_kd_unavailable", "vm"),
+        "shipped_missing_tier_minus_vm": ("vm_solaris_engine_kd_missing", "vm"),
+    }
+    assert degradation_pairs("vm_solaris_engine_kd", keys[:2]) == {}  # not scored: no pair
+    assert degradation_pairs("vm_solaris_engine", keys) == {}
