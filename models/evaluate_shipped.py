@@ -66,6 +66,12 @@ def shipped_block(
         "ne_kd_minus_served": bar["ne_kd_minus_served"],
         "ne_kd_minus_served_ci95": bar["ne_kd_minus_served_ci95"],
         "fm_beats_kd": bar["ceiling"]["fm_beats_kd"],
+        # every served variant's verdict, so a user can see what the other choice would give
+        "verdicts": {
+            other: bar_verdict(report[other], bool(report.get("transfer_defined", True)))
+            for other in ("beats_kd", "beats_kd_with_kd", "beats_kd_state_tier")
+            if other in report
+        },
     }
     if SHIPPED_UNAVAILABLE in diff_interval:
         ne = report["models"]

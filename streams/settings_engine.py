@@ -32,10 +32,12 @@ class EngineFields(BaseModel):
         "each user's history to the store and the ranker reads it in the same round trip.",
     )
     vm_solaris_with_kd: bool = Field(
-        True,
+        False,
         description="Ship vm_solaris trained with the tuned KD loss as well as the FM's "
-        "embeddings (KD weight chosen on validation, 0 allowed): the ranker gets both channels "
-        "and a store outage scores as vm_kd. False ships the embedding-only vm_solaris.",
+        "embeddings (KD weight chosen on validation, 0 allowed); a store outage then scores as "
+        "vm_kd. Helps where the FM's knowledge travels as soft labels (Taobao: from behind KD to "
+        "level), costs where the served VM beats the FM (ml-100k); `solaris evaluate` reports "
+        "both bars on your data (docs/knowledge-transfer.md).",
     )
     embed_batch_size: int = Field(
         128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."

@@ -4,6 +4,7 @@ KD weight × temperature at the optimiser point vm_solaris won) and falls back t
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from models.split import TimeSplit
 from tests.unit.test_models_train import TINY, taste_world
 
 CFG = replace(TINY, vm_user_features=True, kd_weights=(0.3, 0.7), kd_temperatures=(1.0, 2.0))
+WORLD = taste_world(120, 30)
 
 
 class FakeEngine:
@@ -48,7 +50,7 @@ def recorded() -> tuple[SeedRun, dict[str, Any]]:
     mp = pytest.MonkeyPatch()
     mp.setattr(experiment, "tune_vm", spy)
     try:
-        run = run_seed(taste_world(120, 30), CFG, seed=0, engine_tiers=FakeEngine())
+        run = run_seed(WORLD, CFG, seed=0, engine_tiers=FakeEngine())
     finally:
         mp.undo()
     return run, calls
@@ -106,3 +108,56 @@ def test_later_seeds_reuse_the_chosen_kd_point(recorded: tuple[SeedRun, dict[str
     assert (
         again.tuned["vm_solaris_engine_kd"].kd_weight == run.tuned["vm_solaris_engine_kd"].kd_weight
     )
+
+
+def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
+    recorded: tuple[SeedRun, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``vm_solaris_with_kd``: vm_solaris.onnx is vm_solaris_engine_kd, and with every input
+    unavailable it scores exactly as the torch vm_kd (its in-graph baseline)."""
+    import json
+
+    import torch
+
+    from models.builder import write_bundle
+    from models.bundle import load_bundle
+    from models.features import HistoryIndex, context_features
+    from models.runtime import TIER_UNAVAILABLE
+    from models.user_features import user_stream_inputs
+    from tests.unit.test_fair_vm import whole_histories
+
+    run, _ = recorded
+    cfg = replace(CFG, vm_solaris_with_kd=True)
+    write_bundle([run], {"models": {}, "transfer_ratio": {}}, cfg, tmp_path, "k" * 20, {})
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    imps = WORLD
+    rows = run.split.test[:48]
+    users, items, times = imps.user_id[rows], imps.item_id[rows], imps.event_time_ms[rows]
+    n = len(rows)
+    tiers = np.full(n, TIER_UNAVAILABLE, np.int64)
+    bundle = load_bundle(tmp_path)
+    served = bundle.solaris.score(
+        users,
+        items,
+        times,
+        np.zeros((n, CFG.embedding_dim), np.float32),
+        tiers,
+        whole_histories(imps, users),
+    )
+    index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
+    feats = user_stream_inputs(
+        run.item_vocab, items, times, index.gather(users, times, CFG.history_len)
+    )
+    with torch.no_grad():
+        z = run.vms["vm_kd"].eval()(
+            torch.from_numpy(run.user_vocab.lookup(users)),
+            torch.from_numpy(run.item_vocab.lookup(items)),
+            torch.from_numpy(context_features(times)),
+            user_stats=torch.from_numpy(feats["user_stats"]),
+            recent_pos=torch.from_numpy(feats["recent_pos"]),
+        )
+    np.testing.assert_allclose(served, torch.sigmoid(z).numpy(), atol=1e-5)
+    assert meta["vm_solaris_is"] == "vm_solaris_engine_kd"
+    assert meta["vm_solaris_grid_point"] == vars(run.tuned["vm_solaris_engine_kd"])
+    # and the default ships the embedding-only VM, whose outage scores as the fair vm
+    assert not CFG.vm_solaris_with_kd
