@@ -267,6 +267,11 @@ def evaluate_runs(
             "vm_solaris_engine_kd",
             "engine-built tiers, trained with the tuned KD loss as well",
         )
+    if "vm_solaris_engine_blend" in keys:  # both channels, blended on validation logits
+        bars["beats_kd_blend"] = (
+            "vm_solaris_engine_blend",
+            "engine-built tiers blended with tuned KD on validation logits",
+        )
     # the combined model's outage against what it falls back to: vm_kd
     kd_degradation = {
         "kd_missing_minus_vm_kd": ("vm_solaris_engine_kd_unavailable", "vm_kd"),
@@ -356,6 +361,8 @@ def evaluate_runs(
             "test on period C (models.split)",
         },
         "tuned": {k: vars(v) for k, v in runs[0].tuned.items()},
+        # per seed: the validation-fitted blends (models.blend), by the model they make
+        "blends": [{k: vars(b) for k, b in r.blends.items()} for r in runs],
         "training_seconds": seconds,
         "bootstrap": {"replicates": boot.replicates, "resampled": "users"},
         "config": cfg.to_dict(),

@@ -94,7 +94,7 @@ def _bar_lines(report: dict[str, Any]) -> list[str]:
         return []
     lines = [""] + [
         _bar_line(report, report[name])
-        for name in ("beats_kd", "beats_kd_state_tier", "beats_kd_with_kd")
+        for name in ("beats_kd", "beats_kd_state_tier", "beats_kd_with_kd", "beats_kd_blend")
         if name in report
     ]
     shipped = report.get("shipped")

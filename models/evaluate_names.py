@@ -22,6 +22,8 @@ TR_MODELS: dict[str, str] = {
     "solaris_engine_missing": "vm_solaris_engine_missing",
     "solaris_engine_unavailable": "vm_solaris_engine_unavailable",
     "solaris_engine_kd": "vm_solaris_engine_kd",
+    # the engine-built VM and tuned KD blended on validation logits (models.blend)
+    "solaris_engine_blend": "vm_solaris_engine_blend",
     # design B (decoded user state) in place of every non-exact tier the engine served
     "solaris_engine_state": "vm_solaris_engine_state",
     "solaris_offline_on_engine": "vm_solaris_offline_on_engine",
@@ -48,6 +50,7 @@ ENGINE_TR = (
     "solaris_engine_missing",
     "solaris_offline_on_engine",
     "solaris_engine_kd",
+    "solaris_engine_blend",
     "solaris_item_aware",
     "solaris_item_served",
     "solaris_state_aware",

@@ -69,7 +69,7 @@ def shipped_block(
         # every served variant's verdict, so a user can see what the other choice would give
         "verdicts": {
             other: bar_verdict(report[other], bool(report.get("transfer_defined", True)))
-            for other in ("beats_kd", "beats_kd_with_kd", "beats_kd_state_tier")
+            for other in ("beats_kd", "beats_kd_with_kd", "beats_kd_blend", "beats_kd_state_tier")
             if other in report
         },
     }

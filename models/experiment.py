@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from models.blend import Blend, fit_blend
 from models.config import GridPoint, TrainConfig, lag_name
 from models.experiment_data import Impressions, SeedRun, require_both_labels
 from models.fallback_designs import LagViews, fallback_diagnostics
@@ -305,6 +306,7 @@ def run_seed(
     if "vm_solaris" not in vms:
         raise ValueError(f"serving_lag_ms {cfg.serving_lag_ms} is not in lags_ms {cfg.lags_ms}")
     engine_coverage: dict[str, float] = {}
+    blends: dict[str, Blend] = {}
     if engine_tiers is not None:
         trained = TrainedModels(  # the verifier: the id-only VM (it has no user features)
             fm,
@@ -361,6 +363,19 @@ def run_seed(
         probs["vm_solaris_engine_kd_missing"] = predict_vm(
             m_kd, engine_kd_spec, test, np.full(n_test, TIER_MISSING, np.int64)
         )
+        # the served VM and tuned KD blended on their validation logits (models.blend)
+        valid = data.take(np.arange(n_tr, n_tr + n_va))
+        blend = fit_blend(
+            predict_vm(m, engine_spec, valid, None),
+            predict_vm(vms["vm_kd"], kd_spec, valid, None),
+            valid.label,
+        )
+        blends["vm_solaris_engine_blend"] = blend
+        for suffix in ("", "_missing", "_unavailable"):
+            probs[f"vm_solaris_engine_blend{suffix}"] = blend.prob(
+                probs[f"vm_solaris_engine{suffix}"], probs["vm_kd"]
+            )
+        say(f"seed {seed}: blend of vm_solaris_engine and vm_kd on validation {blend}")
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(
             vms["vm_solaris"], fair(VM_SOLARIS), test, None
@@ -390,4 +405,5 @@ def run_seed(
         seconds,
         aggregate_share,
         engine_coverage,
+        blends,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from models.blend import Blend
 from models.config import GridPoint
 from models.data.errors import OneClassLabels
 from models.features import Vocab
@@ -78,6 +79,8 @@ class SeedRun:
     aggregate_share: dict[str, float] = field(default_factory=dict)
     #: tier shares the serving engine produced over B ∪ C (engine-built training only)
     engine_coverage: dict[str, float] = field(default_factory=dict)
+    #: logit blends fitted on the VMs' validation rows (models.blend), by the model they make
+    blends: dict[str, Blend] = field(default_factory=dict)
 
 
 def require_both_labels(labels: np.ndarray, parts: dict[str, np.ndarray]) -> None:

@@ -89,6 +89,27 @@ def test_engine_kd_falls_back_to_vm_kd(recorded: tuple[SeedRun, dict[str, Any]])
     assert run.test_probs["vm_solaris_engine_kd_missing"].shape == run.test_probs["vm_kd"].shape
 
 
+def test_the_blend_is_fitted_on_validation_and_scores_the_test_rows(
+    recorded: tuple[SeedRun, dict[str, Any]],
+) -> None:
+    """vm_solaris_engine_blend = σ(a·z_engine + b·z_kd + c), the weights fitted on the VMs'
+    validation rows (not the test rows) and applied to each outage variant too."""
+    from models.blend import fit_blend
+
+    run, _ = recorded
+    blend = run.blends["vm_solaris_engine_blend"]
+    p = run.test_probs
+    for suffix in ("", "_missing", "_unavailable"):
+        np.testing.assert_allclose(
+            p[f"vm_solaris_engine_blend{suffix}"],
+            blend.prob(p[f"vm_solaris_engine{suffix}"], p["vm_kd"]),
+            rtol=1e-6,
+        )
+    y_test = WORLD.label[run.split.test]
+    on_test = fit_blend(p["vm_solaris_engine"], p["vm_kd"], y_test)
+    assert (on_test.a, on_test.b, on_test.c) != pytest.approx((blend.a, blend.b, blend.c))
+
+
 def test_later_seeds_reuse_the_chosen_kd_point(recorded: tuple[SeedRun, dict[str, Any]]) -> None:
     run, _ = recorded
     calls: dict[str, Any] = {}
