@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from models.blend_vm import BlendedVM
 from models.bundle import FAIR_VM_FILE
 from models.config import CODE_VERSION, TrainConfig, file_digest
 from models.evaluate import evaluate_runs
@@ -25,6 +26,7 @@ from models.export import OPSET, export_fm, export_fm_split, export_vm
 from models.runtime import TIER_NAMES
 from models.served import ServedTierSource
 from models.train import Report
+from models.vm import VerticalModel
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,8 @@ def build_bundle(
     """Train, evaluate and export into ``out_dir``; returns the evaluation report.
 
     With ``served`` the shipped ``vm_solaris`` is the one trained on what the serving engine
-    reads (``vm_solaris_engine_kd`` with ``cfg.vm_solaris_with_kd``, else
-    ``vm_solaris_engine``); without, the one trained on the offline tier construction.
+    reads (``vm_solaris_engine``, or with tuned KD as ``cfg.vm_solaris_kd`` says); without,
+    the one trained on the offline tier construction.
     """
     imps, traffic_meta = load_traffic_impressions(traffic_path)
     dataset = str(traffic_meta.get("dataset", "unknown"))
@@ -87,6 +89,13 @@ def build_bundle(
     traffic_meta["traffic_sha256"] = file_digest(traffic_path)
     write_bundle(runs, evaluation, cfg, out_dir, key, traffic_meta)
     return evaluation
+
+
+def shipped_module(run: SeedRun, shipped: str) -> VerticalModel | BlendedVM:
+    """The torch module exported as ``vm_solaris.onnx`` for the key ``shipped_vm_key`` gave."""
+    if shipped in run.blends:  # the engine-built VM and vm_kd, blended in one graph
+        return BlendedVM(run.vms["vm_solaris_engine"], run.vms["vm_kd"], run.blends[shipped])
+    return run.vms[shipped]
 
 
 def write_bundle(
@@ -115,8 +124,8 @@ def write_bundle(
     if "vm_id_only" in run.vms:  # the ranking VMs are fair: ship the baseline TRs are against
         export_vm(run.vms["vm"], "vm_fair", out_dir / FAIR_VM_FILE, props)
     engine_trained = "vm_solaris_engine" in run.vms
-    shipped = shipped_vm_key(run.vms, cfg.vm_solaris_with_kd)
-    export_vm(run.vms[shipped], "vm_solaris", out_dir / "vm_solaris.onnx", props)
+    shipped = shipped_vm_key([*run.vms, *run.blends], cfg.vm_solaris_kd)
+    export_vm(shipped_module(run, shipped), "vm_solaris", out_dir / "vm_solaris.onnx", props)
     # Item vectors for the neighbour tier's user representation: the FM's item embedding table
     # (rows 0/1 are padding/OOV), aligned with the sorted FM item vocabulary.
     np.savez(
@@ -146,6 +155,7 @@ def write_bundle(
         "vm_solaris_grid_point": dataclasses.asdict(run.tuned[shipped])
         if shipped in run.tuned
         else None,
+        "vm_solaris_blend": vars(run.blends[shipped]) if shipped in run.blends else None,
         # vm_solaris reads the streaming user features (models.user_features) from histories
         "vm_user_features": cfg.vm_user_features,
         "engine_coverage": run.engine_coverage,

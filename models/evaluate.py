@@ -278,7 +278,7 @@ def evaluate_runs(
         "kd_missing_tier_minus_vm_kd": ("vm_solaris_engine_kd_missing", "vm_kd"),
     }
     kd_degradation = {k: v for k, v in kd_degradation.items() if v[0] in keys}
-    shipped = shipped_vm_key(keys, cfg.vm_solaris_with_kd)
+    shipped = shipped_vm_key(keys, cfg.vm_solaris_kd)
     boot = user_bootstrap(
         users,
         y,

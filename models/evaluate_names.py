@@ -62,13 +62,15 @@ ENGINE_TR = (
 VS_ID_ONLY_TR = ("kd", "solaris", "solaris_engine")
 
 
-def shipped_vm_key(names: Collection[str], with_kd: bool) -> str:
-    """Which trained VM a bundle ships as ``vm_solaris`` (``TrainConfig.vm_solaris_with_kd``):
-    the engine-built VM trained with the KD loss as well when asked for and trained, else the
-    engine-built one, else the one trained on the offline tier construction. The builder and
-    the evaluation's ``shipped`` block both ask here, so the report judges what ships."""
-    if with_kd and "vm_solaris_engine_kd" in names:
-        return "vm_solaris_engine_kd"
+def shipped_vm_key(names: Collection[str], kd: str) -> str:
+    """Which trained VM a bundle ships as ``vm_solaris`` (``TrainConfig.vm_solaris_kd``): with
+    ``kd`` "loss" the engine-built VM trained with the KD loss as well, with "blend" the
+    engine-built VM blended with ``vm_kd``, when trained; else the engine-built VM; else the
+    one trained on the offline tier construction. The builder and the evaluation's ``shipped``
+    block both ask here, so the report judges what ships."""
+    wanted = {"loss": "vm_solaris_engine_kd", "blend": "vm_solaris_engine_blend"}.get(kd)
+    if wanted is not None and wanted in names:
+        return wanted
     if "vm_solaris_engine" in names:
         return "vm_solaris_engine"
     return "vm_solaris"

@@ -14,7 +14,10 @@ from typing import Any
 H_BAR = 0.26
 
 #: the bar each shipped model is judged by (``beats_kd*`` blocks of the report)
-SHIPPED_BAR = {"vm_solaris_engine_kd": "beats_kd_with_kd"}
+SHIPPED_BAR = {
+    "vm_solaris_engine_kd": "beats_kd_with_kd",
+    "vm_solaris_engine_blend": "beats_kd_blend",
+}
 
 #: paired differences the shipped model's outage needs against the fair ``vm``
 SHIPPED_UNAVAILABLE = "shipped_unavailable_minus_vm"

@@ -354,7 +354,7 @@ def run_seed(
             data,
             candidates=kd_grid_or_none(cfg, tuned.get("vm_solaris@0") or tuned[solaris_key]),
         )
-        vms["vm_solaris_engine_kd"] = m_kd  # shipped with TrainConfig.vm_solaris_with_kd
+        vms["vm_solaris_engine_kd"] = m_kd  # shipped with vm_solaris_kd "loss"
         probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)
         # its degradation (no extra fit): every input unavailable / every row on the missing tier
         probs["vm_solaris_engine_kd_unavailable"] = predict_vm(

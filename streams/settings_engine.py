@@ -31,13 +31,13 @@ class EngineFields(BaseModel):
         "is reported as vm_id_only and stays the verifier. Live, the history agent then writes "
         "each user's history to the store and the ranker reads it in the same round trip.",
     )
-    vm_solaris_with_kd: bool = Field(
-        False,
-        description="Ship vm_solaris trained with the tuned KD loss as well as the FM's "
-        "embeddings (KD weight chosen on validation, 0 allowed); a store outage then scores as "
-        "vm_kd. Helps where the FM's knowledge travels as soft labels (Taobao: from behind KD to "
-        "level), costs where the served VM beats the FM (ml-100k); `solaris evaluate` reports "
-        "both bars on your data (docs/knowledge-transfer.md).",
+    vm_solaris_kd: Literal["off", "loss", "blend"] = Field(
+        "off",
+        description="How the shipped vm_solaris also uses tuned KD: off = FM embeddings only; "
+        "loss = trained with the KD loss as well (KD weight chosen on validation, 0 allowed; a "
+        "store outage scores as vm_kd); blend = blended with vm_kd on validation logits, one "
+        "graph. `solaris evaluate` reports each choice's bar on your data "
+        "(docs/knowledge-transfer.md).",
     )
     embed_batch_size: int = Field(
         128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."

@@ -40,7 +40,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def test_shipped_vm_solaris_is_engine_trained(built: dict[str, object]) -> None:
     meta = json.loads((Path(str(built["bundle"])) / "meta.json").read_text())
     assert meta["vm_solaris_trained_on"] == "engine"
-    # by default the embedding-only engine-built VM ships (vm_solaris_with_kd off)
+    # by default the embedding-only engine-built VM ships (vm_solaris_kd "off")
     assert meta["vm_solaris_is"] == "vm_solaris_engine"
     assert meta["vm_solaris_grid_point"]["kd_weight"] is None
     assert built["eval"]["shipped"]["model"] == "vm_solaris_engine"  # type: ignore[index]

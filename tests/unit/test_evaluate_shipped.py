@@ -32,10 +32,16 @@ def test_bar_verdict(lo: float, hi: float, h: float | None, defined: bool, want:
 
 def test_shipped_vm_key_prefers_both_channels_then_engine_then_offline() -> None:
     trained = {"vm", "vm_kd", "vm_solaris", "vm_solaris_engine", "vm_solaris_engine_kd"}
-    assert shipped_vm_key(trained, True) == "vm_solaris_engine_kd"
-    assert shipped_vm_key(trained, False) == "vm_solaris_engine"
-    assert shipped_vm_key({"vm", "vm_solaris"}, True) == "vm_solaris"
-    assert shipped_vm_key({"vm", "vm_solaris", "vm_solaris_engine"}, True) == "vm_solaris_engine"
+    assert shipped_vm_key(trained, "loss") == "vm_solaris_engine_kd"
+    assert shipped_vm_key(trained, "off") == "vm_solaris_engine"
+    assert shipped_vm_key(trained, "blend") == "vm_solaris_engine"  # no blend fitted
+    assert shipped_vm_key(trained | {"vm_solaris_engine_blend"}, "blend") == (
+        "vm_solaris_engine_blend"
+    )
+    assert shipped_vm_key({"vm", "vm_solaris"}, "loss") == "vm_solaris"
+    assert shipped_vm_key({"vm", "vm_solaris", "vm_solaris_engine"}, "loss") == (
+        "vm_solaris_engine"
+    )
 
 
 def test_degradation_pairs_only_for_a_model_with_another_fallback() -> None:

@@ -112,7 +112,7 @@ def test_shipped_block_judges_the_model_the_bundle_ships(
 ) -> None:
     _, runs, y = report
     imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
-    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_with_kd=True))
+    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_kd="loss"))
     shipped = rep["shipped"]
     assert shipped["model"] == "vm_solaris_engine_kd" and shipped["bar"] == "beats_kd_with_kd"
     bar = rep["beats_kd_with_kd"]
@@ -139,7 +139,7 @@ def test_shipped_block_without_kd_is_the_engine_vm_and_its_degradation(
     report: tuple[dict[str, Any], list[SeedRun], np.ndarray],
 ) -> None:
     rep = report[0]
-    assert not CFG.vm_solaris_with_kd  # the default ships the embedding-only VM
+    assert CFG.vm_solaris_kd == "off"  # the default ships the embedding-only VM
     shipped = rep["shipped"]
     assert shipped["model"] == "vm_solaris_engine" and shipped["bar"] == "beats_kd"
     assert shipped["degradation"] == rep["degradation"]

@@ -134,7 +134,7 @@ def test_later_seeds_reuse_the_chosen_kd_point(recorded: tuple[SeedRun, dict[str
 def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
     recorded: tuple[SeedRun, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """``vm_solaris_with_kd``: vm_solaris.onnx is vm_solaris_engine_kd, and with every input
+    """``vm_solaris_kd`` "loss": vm_solaris.onnx is vm_solaris_engine_kd, and with every input
     unavailable it scores exactly as the torch vm_kd (its in-graph baseline)."""
     import json
 
@@ -148,7 +148,7 @@ def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
     from tests.unit.test_fair_vm import whole_histories
 
     run, _ = recorded
-    cfg = replace(CFG, vm_solaris_with_kd=True)
+    cfg = replace(CFG, vm_solaris_kd="loss")
     write_bundle([run], {"models": {}, "transfer_ratio": {}}, cfg, tmp_path, "k" * 20, {})
     meta = json.loads((tmp_path / "meta.json").read_text())
     imps = WORLD
@@ -181,4 +181,61 @@ def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
     assert meta["vm_solaris_is"] == "vm_solaris_engine_kd"
     assert meta["vm_solaris_grid_point"] == vars(run.tuned["vm_solaris_engine_kd"])
     # and the default ships the embedding-only VM, whose outage scores as the fair vm
-    assert not CFG.vm_solaris_with_kd
+    assert CFG.vm_solaris_kd == "off"
+
+
+def test_bundle_with_the_blend_ships_one_graph_scoring_as_the_blended_torch_models(
+    recorded: tuple[SeedRun, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``vm_solaris_kd`` "blend": vm_solaris.onnx scores every row (a served tier and a store
+    outage alike) as σ(a·z_engine + b·z_kd + c) of the torch models, same inputs as before."""
+    import json
+
+    import torch
+
+    from models.builder import write_bundle
+    from models.bundle import load_bundle
+    from models.features import HistoryIndex, context_features
+    from models.runtime import TIER_EXACT, TIER_UNAVAILABLE
+    from models.user_features import user_stream_inputs
+    from tests.unit.test_fair_vm import whole_histories
+
+    run, _ = recorded
+    blend = run.blends["vm_solaris_engine_blend"]
+    write_bundle(
+        [run],
+        {"models": {}, "transfer_ratio": {}},
+        replace(CFG, vm_solaris_kd="blend"),
+        tmp_path,
+        "b" * 20,
+        {},
+    )
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["vm_solaris_is"] == "vm_solaris_engine_blend"
+    assert meta["vm_solaris_blend"] == vars(blend)
+    imps = WORLD
+    rows = run.split.test[:48]
+    users, items, times = imps.user_id[rows], imps.item_id[rows], imps.event_time_ms[rows]
+    n = len(rows)
+    emb = np.random.default_rng(5).normal(0, 1, (n, CFG.embedding_dim)).astype(np.float32)
+    index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
+    feats = user_stream_inputs(
+        run.item_vocab, items, times, index.gather(users, times, CFG.history_len)
+    )
+    ids = (
+        torch.from_numpy(run.user_vocab.lookup(users)),
+        torch.from_numpy(run.item_vocab.lookup(items)),
+        torch.from_numpy(context_features(times)),
+    )
+    stream = {k: torch.from_numpy(feats[k]) for k in ("user_stats", "recent_pos")}
+    bundle = load_bundle(tmp_path)
+    for tier in (TIER_EXACT, TIER_UNAVAILABLE):
+        tiers = np.full(n, tier, np.int64)
+        served = bundle.solaris.score(users, items, times, emb, tiers, whole_histories(imps, users))
+        with torch.no_grad():
+            z_engine = run.vms["vm_solaris_engine"].eval()(
+                *ids, embedding=torch.from_numpy(emb), tier=torch.from_numpy(tiers), **stream
+            )
+            z_kd = run.vms["vm_kd"].eval()(*ids, **stream)
+        want = blend.prob(torch.sigmoid(z_engine).numpy(), torch.sigmoid(z_kd).numpy())
+        np.testing.assert_allclose(served, want, atol=2e-5)
