@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
@@ -32,6 +33,9 @@ from models.fm import (
 from models.user_features import N_USER_STATS, RECENT_K
 from models.vm import VerticalModel
 
+if TYPE_CHECKING:
+    from models.blend_vm import BlendedVM
+
 log = logging.getLogger(__name__)
 
 OPSET = 18
@@ -40,7 +44,7 @@ SOLARIS_INPUTS = (*VM_INPUTS, "embedding", "tier")
 USER_FEATURE_INPUTS = ("user_stats", "recent_pos")  # the fair VM's (models.user_features)
 
 
-def vm_input_names(vm: VerticalModel) -> tuple[str, ...]:
+def vm_input_names(vm: VerticalModel | BlendedVM) -> tuple[str, ...]:
     """The ONNX inputs of ``vm``, in graph order."""
     names: tuple[str, ...] = VM_INPUTS
     if vm.user_features:
@@ -57,7 +61,7 @@ class ExportError(RuntimeError):
 class _VMProb(nn.Module):
     """Wraps a VM so the graph returns probabilities (what the ranker and verifier consume)."""
 
-    def __init__(self, vm: VerticalModel) -> None:
+    def __init__(self, vm: VerticalModel | BlendedVM) -> None:
         super().__init__()
         self.vm = vm
 
@@ -146,7 +150,9 @@ def export_fm_split(
     return state_path, decode_path
 
 
-def export_vm(vm: VerticalModel, name: str, path: Path, metadata: dict[str, str]) -> Path:
+def export_vm(
+    vm: VerticalModel | BlendedVM, name: str, path: Path, metadata: dict[str, str]
+) -> Path:
     """Write a VM graph returning probabilities; solaris variants take embedding + tier too."""
     b = 2
     example: tuple[torch.Tensor, ...] = (
