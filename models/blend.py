@@ -4,9 +4,9 @@ Why: the served VM and tuned KD carry the FM's knowledge through different chann
 vs soft labels) and each wins on a different dataset (ml-100k: the served VM, which beats the
 FM; Taobao: KD). Training one VM with both losses (``vm_solaris_engine_kd``) chooses its KD
 weight on the same small validation slice by retraining, and pulled ml-100k's served VM back.
-A blend ``σ(a·z_served + b·z_kd + c)`` has three parameters, fitted by logistic regression on
-the validation rows both models already score: cheap, low-variance, and it can lean on
-whichever channel the data rewards.
+A blend ``σ(w·z_served + (1 − w)·z_kd)`` has one parameter, chosen on the validation rows
+both models already score: cheap, low-variance, and it can lean on whichever channel the data
+rewards.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: probabilities are clipped to this before taking logits (onnxruntime's float32 sigmoid)
+#: probabilities are clipped to this before taking logits (the models' outputs are float32)
 EPS = 1e-6
+#: the logit bound that clipping implies; the exported graph clamps its logits to it too, so
+#: the blend it ships scores exactly as the one evaluated on probabilities
+LOGIT_BOUND = float(np.log((1.0 - EPS) / EPS))
 
 
 @dataclass(frozen=True)
@@ -45,23 +48,23 @@ def logit(p: np.ndarray) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
-def fit_blend(
-    p_first: np.ndarray, p_second: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 50
-) -> Blend:
-    """Logistic regression of ``y`` on the two logits (Newton's method, a small ridge on the
-    weights, not the intercept). Starts at "the first model alone" (a=1, b=0, c=0)."""
+#: the weights tried for the first model (the second gets 1 − w)
+WEIGHTS = tuple(i / 20 for i in range(21))
+
+
+def fit_blend(p_first: np.ndarray, p_second: np.ndarray, y: np.ndarray) -> Blend:
+    """The convex blend ``w·z_first + (1 − w)·z_second`` whose validation logloss is lowest,
+    ``w`` on a grid of 0.05. One parameter and no rescaling: a free logistic regression of the
+    two logits (3 parameters) fitted Taobao's validation rows with weights up to 5.5 and an
+    intercept of 9 (logits that barely vary there), and its test NE was 1.16 against 1.00."""
     if len(y) == 0:
         raise ValueError("fit_blend needs at least one validation row")
-    x = np.stack([logit(p_first), logit(p_second), np.ones(len(y))], axis=1)
+    z1, z2 = logit(p_first), logit(p_second)
     t = np.asarray(y, np.float64)
-    w = np.array([1.0, 0.0, 0.0])
-    ridge = np.diag([l2, l2, 0.0]) * len(y)
-    for _ in range(iters):
-        p = sigmoid(x @ w)
-        grad = x.T @ (p - t) + ridge @ w
-        hess = (x * (p * (1.0 - p))[:, None]).T @ x + ridge + 1e-9 * np.eye(3)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if float(np.abs(step).max()) < 1e-10:
-            break
-    return Blend(float(w[0]), float(w[1]), float(w[2]))
+
+    def logloss(w: float) -> float:
+        z = w * z1 + (1.0 - w) * z2  # −log σ(±z) = logaddexp(0, ∓z)
+        return float(np.mean(np.where(t > 0, np.logaddexp(0.0, -z), np.logaddexp(0.0, z))))
+
+    best = min(WEIGHTS, key=logloss)
+    return Blend(best, 1.0 - best, 0.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.blend import Blend
+from models.blend import LOGIT_BOUND, Blend
 from models.vm import VerticalModel
 
 
@@ -59,4 +59,6 @@ class BlendedVM(nn.Module):
             else {}
         )
         z2 = self.second(user, item, context, **features)
+        bound = LOGIT_BOUND  # as models.blend clips the probabilities it blends
+        z1, z2 = z1.clamp(-bound, bound), z2.clamp(-bound, bound)
         return self.blend.a * z1 + self.blend.b * z2 + self.blend.c
