@@ -5,6 +5,8 @@ pair, in the ranker. Measured side by side on one machine, per request of ``cand
 with default-size models (random weights: timing does not depend on them):
 
 - ``vm_solaris`` scoring alone (what the ranker runs today) — the reference;
+- the same ``vm_solaris`` blended with ``vm_kd`` in one graph (``SOLARIS_VM_SOLARIS_KD=blend``:
+  a second VM per candidate);
 - decoding the request's candidates from a state (``fm_decode.onnx``);
 - the whole FM on the same candidates (what the ranker must never run) — for scale.
 
@@ -29,9 +31,11 @@ ITEMS = 10_000
 CANDIDATES = 50
 
 
-def _models(tmp: Path, history_len: int, dim: int) -> tuple[Any, Any, Any]:
+def _models(tmp: Path, history_len: int, dim: int) -> tuple[Any, Any, Any, Any]:
     import torch
 
+    from models.blend import Blend
+    from models.blend_vm import BlendedVM
     from models.export import export_fm, export_fm_split, export_vm
     from models.features import Vocab
     from models.fm import FoundationModel
@@ -56,7 +60,16 @@ def _models(tmp: Path, history_len: int, dim: int) -> tuple[Any, Any, Any]:
     solaris = SolarisRunner(
         OnnxSession(export_vm(vm, "vm_solaris", tmp / "vm_solaris.onnx", props)), users, vocab, dim
     )
-    return full, split, solaris
+    kd = VerticalModel(1_000, ITEMS + 2).eval()  # vm_kd: no store inputs
+    blended = SolarisRunner(
+        OnnxSession(
+            export_vm(BlendedVM(vm, kd, Blend(0.8, 0.2, 0.0)), "vm_solaris", tmp / "b.onnx", props)
+        ),
+        users,
+        vocab,
+        dim,
+    )
+    return full, split, solaris, blended
 
 
 def _time(fn: Any, repeats: int) -> list[float]:
@@ -151,7 +164,7 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
     times = np.full(CANDIDATES, now, np.int64)
     users = np.full(CANDIDATES, 7, np.int64)
     with tempfile.TemporaryDirectory(prefix="solaris-bench-state-") as tmp:
-        full, split, solaris = _models(Path(tmp), length, dim)
+        full, split, solaris, blended = _models(Path(tmp), length, dim)
         state = split.states(times[:1], [hist])
         states = np.repeat(state, CANDIDATES, axis=0)
         vectors = np.zeros((CANDIDATES, dim), np.float32)
@@ -159,6 +172,9 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
         timings = {
             "vm_solaris": _time(
                 lambda: solaris.score(users, items, times, vectors, tiers), repeats
+            ),
+            "vm_solaris_blend": _time(
+                lambda: blended.score(users, items, times, vectors, tiers), repeats
             ),
             "decode": _time(lambda: split.decode(items, states), repeats),
             "fm": _time(lambda: full.embed(users, items, times, [hist] * CANDIDATES), repeats),
@@ -181,6 +197,7 @@ def run_state(settings: Settings, _: Any = None, smoke: bool = False) -> BenchRe
     state_bytes, aggregate_bytes = stored["state_key"], stored["aggregate_key"]
     ratios: dict[str, float | None] = {
         "decode_over_vm_solaris_p50": lat["decode"]["p50"] / lat["vm_solaris"]["p50"],
+        "blend_over_vm_solaris_p50": lat["vm_solaris_blend"]["p50"] / lat["vm_solaris"]["p50"],
         "decode_over_fm_p50": lat["decode"]["p50"] / lat["fm"]["p50"],
         "state_over_aggregate_bytes": state_bytes / aggregate_bytes,
         "lookup_state_over_aggregate_p50": lat["lookup_state_tier"]["p50"]
@@ -216,6 +233,7 @@ def state_table(res: BenchResult) -> list[list[str]]:
         [name, f"{lat[name]['p50']:.3f}", f"{lat[name]['p99']:.3f}"]
         for name in (
             "vm_solaris",
+            "vm_solaris_blend",
             "decode",
             "fm",
             "lookup_state_tier",

@@ -21,6 +21,7 @@ def test_state_bench_smoke(tmp_path: Path) -> None:
     assert doc["bench"] == "state" and doc["smoke"] is True
     assert {
         "decode_over_vm_solaris_p50",
+        "blend_over_vm_solaris_p50",
         "decode_over_fm_p50",
         "state_over_aggregate_bytes",
     } <= set(doc["ratios"])
@@ -35,4 +36,4 @@ def test_state_bench_smoke(tmp_path: Path) -> None:
     assert {"lookup_state_over_aggregate_p50", "fm_group_split_over_whole_p50"} <= set(
         doc["ratios"]
     )
-    assert "| decode |" in report(result)
+    assert "| decode |" in report(result) and "| vm_solaris_blend |" in report(result)
