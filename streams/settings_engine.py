@@ -32,12 +32,12 @@ class EngineFields(BaseModel):
         "each user's history to the store and the ranker reads it in the same round trip.",
     )
     vm_solaris_kd: Literal["off", "loss", "blend"] = Field(
-        "off",
-        description="How the shipped vm_solaris also uses tuned KD: off = FM embeddings only; "
-        "loss = trained with the KD loss as well (KD weight chosen on validation, 0 allowed; a "
-        "store outage scores as vm_kd); blend = blended with vm_kd on validation logits, one "
-        "graph. `solaris evaluate` reports each choice's bar on your data "
-        "(docs/knowledge-transfer.md).",
+        "blend",
+        description="How the shipped vm_solaris also uses tuned KD: blend = the FM-fed VM and "
+        "vm_kd blended on logits, the weight chosen on validation rows (one graph; ~15 % more "
+        "ranker scoring time); loss = trained with the KD loss as well (KD weight chosen on "
+        "validation, 0 allowed); off = FM embeddings only. `solaris evaluate` reports each "
+        "choice's bar on your data (docs/knowledge-transfer.md).",
     )
     embed_batch_size: int = Field(
         128, gt=0, description="Verified messages taken per FM micro-batch (each holds many pairs)."

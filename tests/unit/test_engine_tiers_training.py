@@ -40,10 +40,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def test_shipped_vm_solaris_is_engine_trained(built: dict[str, object]) -> None:
     meta = json.loads((Path(str(built["bundle"])) / "meta.json").read_text())
     assert meta["vm_solaris_trained_on"] == "engine"
-    # by default the embedding-only engine-built VM ships (vm_solaris_kd "off")
-    assert meta["vm_solaris_is"] == "vm_solaris_engine"
-    assert meta["vm_solaris_grid_point"]["kd_weight"] is None
-    assert built["eval"]["shipped"]["model"] == "vm_solaris_engine"  # type: ignore[index]
+    # by default the engine-built VM blended with vm_kd ships (vm_solaris_kd "blend")
+    assert meta["vm_solaris_is"] == "vm_solaris_engine_blend"
+    assert meta["vm_solaris_grid_point"] is None
+    assert meta["vm_solaris_blend"]["a"] + meta["vm_solaris_blend"]["b"] == pytest.approx(1.0)
+    assert built["eval"]["shipped"]["model"] == "vm_solaris_engine_blend"  # type: ignore[index]
     assert sum(meta["engine_coverage"].values()) == pytest.approx(1.0)
     assert meta["engine_coverage"]["exact"] > 0.1
     trs = built["eval"]["transfer_ratio"]  # type: ignore[index]

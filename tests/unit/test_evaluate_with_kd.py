@@ -138,8 +138,9 @@ def test_shipped_block_judges_the_model_the_bundle_ships(
 def test_shipped_block_without_kd_is_the_engine_vm_and_its_degradation(
     report: tuple[dict[str, Any], list[SeedRun], np.ndarray],
 ) -> None:
-    rep = report[0]
-    assert CFG.vm_solaris_kd == "off"  # the default ships the embedding-only VM
+    _, runs, y = report
+    imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
+    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_kd="off"))
     shipped = rep["shipped"]
     assert shipped["model"] == "vm_solaris_engine" and shipped["bar"] == "beats_kd"
     assert shipped["degradation"] == rep["degradation"]

@@ -178,8 +178,7 @@ def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
     np.testing.assert_allclose(served, torch.sigmoid(z).numpy(), atol=1e-5)
     assert meta["vm_solaris_is"] == "vm_solaris_engine_kd"
     assert meta["vm_solaris_grid_point"] == vars(run.tuned["vm_solaris_engine_kd"])
-    # and the default ships the embedding-only VM, whose outage scores as the fair vm
-    assert CFG.vm_solaris_kd == "off"
+    assert CFG.vm_solaris_kd == "blend"  # the default
 
 
 def test_bundle_with_the_blend_ships_one_graph_scoring_as_the_blended_torch_models(
