@@ -24,8 +24,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from models.blend import Blend, fit_blend
+from models.blend import Blend
 from models.config import GridPoint, TrainConfig, lag_name
+from models.engine_variants import blend_with_kd, score_with_outages
 from models.experiment_data import Impressions, SeedRun, require_both_labels
 from models.fallback_designs import LagViews, fallback_diagnostics
 from models.fallback_designs import state_lags as state_lags  # re-exported
@@ -338,13 +339,7 @@ def run_seed(
         m = fit(engine_spec, "vm_solaris_engine", data, family_key="vm_solaris@0")
         vms["vm_solaris_engine"] = m
         test = data.take(np.arange(len(bc))[sl_te])
-        probs["vm_solaris_engine"] = predict_vm(m, engine_spec, test, None)
-        probs["vm_solaris_engine_missing"] = predict_vm(
-            m, engine_spec, test, np.full(n_test, TIER_MISSING, np.int64)
-        )
-        probs["vm_solaris_engine_unavailable"] = predict_vm(
-            m, engine_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
-        )
+        score_with_outages(probs, "vm_solaris_engine", m, engine_spec, test)
         # both channels with KD's budget: every KD weight × temperature (vm_kd's grid) and
         # weight 0 at the optimiser point vm_solaris won; tuned["vm_solaris_engine_kd"]
         # records the KD point
@@ -355,26 +350,16 @@ def run_seed(
             candidates=kd_grid_or_none(cfg, tuned.get("vm_solaris@0") or tuned[solaris_key]),
         )
         vms["vm_solaris_engine_kd"] = m_kd  # shipped with vm_solaris_kd "loss"
-        probs["vm_solaris_engine_kd"] = predict_vm(m_kd, engine_kd_spec, test, None)
-        # its degradation (no extra fit): every input unavailable / every row on the missing tier
-        probs["vm_solaris_engine_kd_unavailable"] = predict_vm(
-            m_kd, engine_kd_spec, test, np.full(n_test, TIER_UNAVAILABLE, np.int64)
-        )
-        probs["vm_solaris_engine_kd_missing"] = predict_vm(
-            m_kd, engine_kd_spec, test, np.full(n_test, TIER_MISSING, np.int64)
-        )
+        score_with_outages(probs, "vm_solaris_engine_kd", m_kd, engine_kd_spec, test)
         # the served VM and tuned KD blended on their validation logits (models.blend)
-        valid = data.take(np.arange(n_tr, n_tr + n_va))
-        blend = fit_blend(
-            predict_vm(m, engine_spec, valid, None),
-            predict_vm(vms["vm_kd"], kd_spec, valid, None),
-            valid.label,
+        blend = blend_with_kd(
+            probs,
+            ("vm_solaris_engine", m, engine_spec),
+            (vms["vm_kd"], kd_spec),
+            data.take(np.arange(n_tr, n_tr + n_va)),
+            "vm_solaris_engine_blend",
         )
         blends["vm_solaris_engine_blend"] = blend
-        for suffix in ("", "_missing", "_unavailable"):
-            probs[f"vm_solaris_engine_blend{suffix}"] = blend.prob(
-                probs[f"vm_solaris_engine{suffix}"], probs["vm_kd"]
-            )
         say(f"seed {seed}: blend of vm_solaris_engine and vm_kd on validation {blend}")
         # the offline-trained vm_solaris fed what the engine serves: the old construction
         probs["vm_solaris_offline_on_engine"] = predict_vm(

@@ -47,12 +47,20 @@ def _run(seed: int, y: np.ndarray) -> SeedRun:
     )
 
 
+def _impressions(y: np.ndarray) -> Impressions:
+    return Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
+
+
+def _evaluate(runs: list[SeedRun], y: np.ndarray, kd: str) -> dict[str, Any]:
+    """The toy report with ``vm_solaris_kd`` = ``kd`` (which model the shipped block judges)."""
+    return evaluate_runs("toy", _impressions(y), runs, replace(CFG, vm_solaris_kd=kd))
+
+
 @pytest.fixture(scope="module")
 def report() -> tuple[dict[str, Any], list[SeedRun], np.ndarray]:
     y = (np.random.default_rng(3).random(N) < 0.4).astype(np.int8)
-    imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
     runs = [_run(0, y), _run(1, y)]
-    return evaluate_runs("toy", imps, runs, CFG), runs, y
+    return evaluate_runs("toy", _impressions(y), runs, CFG), runs, y
 
 
 def test_beats_kd_with_kd_compares_the_combined_model_with_vm_kd(
@@ -111,8 +119,7 @@ def test_shipped_block_judges_the_model_the_bundle_ships(
     report: tuple[dict[str, Any], list[SeedRun], np.ndarray],
 ) -> None:
     _, runs, y = report
-    imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
-    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_kd="loss"))
+    rep = _evaluate(runs, y, "loss")
     shipped = rep["shipped"]
     assert shipped["model"] == "vm_solaris_engine_kd" and shipped["bar"] == "beats_kd_with_kd"
     bar = rep["beats_kd_with_kd"]
@@ -138,9 +145,7 @@ def test_shipped_block_judges_the_model_the_bundle_ships(
 def test_shipped_block_without_kd_is_the_engine_vm_and_its_degradation(
     report: tuple[dict[str, Any], list[SeedRun], np.ndarray],
 ) -> None:
-    _, runs, y = report
-    imps = Impressions(np.arange(N) % 60, np.arange(N), np.arange(N, dtype=np.int64), y)
-    rep = evaluate_runs("toy", imps, runs, replace(CFG, vm_solaris_kd="off"))
+    rep = _evaluate(report[1], report[2], "off")
     shipped = rep["shipped"]
     assert shipped["model"] == "vm_solaris_engine" and shipped["bar"] == "beats_kd"
     assert shipped["degradation"] == rep["degradation"]

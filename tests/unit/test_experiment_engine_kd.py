@@ -129,52 +129,72 @@ def test_later_seeds_reuse_the_chosen_kd_point(recorded: tuple[SeedRun, dict[str
     )
 
 
+#: the test rows the bundle tests score
+ROWS = 48
+
+
+def _bundle(run: SeedRun, kd: str, path: Path) -> tuple[dict[str, Any], Any]:
+    """Write ``run`` as a bundle with ``vm_solaris_kd`` = ``kd``; its meta.json and the loaded
+    bundle."""
+    import json
+
+    from models.builder import write_bundle
+    from models.bundle import load_bundle
+
+    cfg = replace(CFG, vm_solaris_kd=kd)
+    write_bundle([run], {"models": {}, "transfer_ratio": {}}, cfg, path, kd[0] * 20, {})
+    return json.loads((path / "meta.json").read_text()), load_bundle(path)
+
+
+def _rows(run: SeedRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]:
+    """Users, items, times and whole histories of the first test rows (what the ONNX scorer
+    takes)."""
+    from tests.unit.test_fair_vm import whole_histories
+
+    rows = run.split.test[:ROWS]
+    users = WORLD.user_id[rows]
+    return users, WORLD.item_id[rows], WORLD.event_time_ms[rows], whole_histories(WORLD, users)
+
+
+def _torch_inputs(run: SeedRun) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The same rows as torch inputs: (user, item, context) and the streaming user features
+    the training side computes."""
+    import torch
+
+    from models.features import HistoryIndex, context_features
+    from models.user_features import user_stream_inputs
+
+    users, items, times, _ = _rows(run)
+    index = HistoryIndex(WORLD.user_id, WORLD.item_id, WORLD.label, WORLD.event_time_ms)
+    feats = user_stream_inputs(
+        run.item_vocab, items, times, index.gather(users, times, CFG.history_len)
+    )
+    ids = (
+        torch.from_numpy(run.user_vocab.lookup(users)),
+        torch.from_numpy(run.item_vocab.lookup(items)),
+        torch.from_numpy(context_features(times)),
+    )
+    return ids, {k: torch.from_numpy(feats[k]) for k in ("user_stats", "recent_pos")}
+
+
 def test_bundle_with_kd_ships_the_combined_vm_whose_outage_scores_as_vm_kd(
     recorded: tuple[SeedRun, dict[str, Any]], tmp_path: Path
 ) -> None:
     """``vm_solaris_kd`` "loss": vm_solaris.onnx is vm_solaris_engine_kd, and with every input
     unavailable it scores exactly as the torch vm_kd (its in-graph baseline)."""
-    import json
-
     import torch
 
-    from models.builder import write_bundle
-    from models.bundle import load_bundle
-    from models.features import HistoryIndex, context_features
     from models.runtime import TIER_UNAVAILABLE
-    from models.user_features import user_stream_inputs
-    from tests.unit.test_fair_vm import whole_histories
 
     run, _ = recorded
-    cfg = replace(CFG, vm_solaris_kd="loss")
-    write_bundle([run], {"models": {}, "transfer_ratio": {}}, cfg, tmp_path, "k" * 20, {})
-    meta = json.loads((tmp_path / "meta.json").read_text())
-    imps = WORLD
-    rows = run.split.test[:48]
-    users, items, times = imps.user_id[rows], imps.item_id[rows], imps.event_time_ms[rows]
-    n = len(rows)
-    tiers = np.full(n, TIER_UNAVAILABLE, np.int64)
-    bundle = load_bundle(tmp_path)
-    served = bundle.solaris.score(
-        users,
-        items,
-        times,
-        np.zeros((n, CFG.embedding_dim), np.float32),
-        tiers,
-        whole_histories(imps, users),
-    )
-    index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
-    feats = user_stream_inputs(
-        run.item_vocab, items, times, index.gather(users, times, CFG.history_len)
-    )
+    meta, bundle = _bundle(run, "loss", tmp_path)
+    users, items, times, hists = _rows(run)
+    tiers = np.full(ROWS, TIER_UNAVAILABLE, np.int64)
+    emb = np.zeros((ROWS, CFG.embedding_dim), np.float32)
+    served = bundle.solaris.score(users, items, times, emb, tiers, hists)
+    ids, stream = _torch_inputs(run)
     with torch.no_grad():
-        z = run.vms["vm_kd"].eval()(
-            torch.from_numpy(run.user_vocab.lookup(users)),
-            torch.from_numpy(run.item_vocab.lookup(items)),
-            torch.from_numpy(context_features(times)),
-            user_stats=torch.from_numpy(feats["user_stats"]),
-            recent_pos=torch.from_numpy(feats["recent_pos"]),
-        )
+        z = run.vms["vm_kd"].eval()(*ids, **stream)
     np.testing.assert_allclose(served, torch.sigmoid(z).numpy(), atol=1e-5)
     assert meta["vm_solaris_is"] == "vm_solaris_engine_kd"
     assert meta["vm_solaris_grid_point"] == vars(run.tuned["vm_solaris_engine_kd"])
@@ -186,49 +206,21 @@ def test_bundle_with_the_blend_ships_one_graph_scoring_as_the_blended_torch_mode
 ) -> None:
     """``vm_solaris_kd`` "blend": vm_solaris.onnx scores every row (a served tier and a store
     outage alike) as σ(a·z_engine + b·z_kd + c) of the torch models, same inputs as before."""
-    import json
-
     import torch
 
-    from models.builder import write_bundle
-    from models.bundle import load_bundle
-    from models.features import HistoryIndex, context_features
     from models.runtime import TIER_EXACT, TIER_UNAVAILABLE
-    from models.user_features import user_stream_inputs
-    from tests.unit.test_fair_vm import whole_histories
 
     run, _ = recorded
     blend = run.blends["vm_solaris_engine_blend"]
-    write_bundle(
-        [run],
-        {"models": {}, "transfer_ratio": {}},
-        replace(CFG, vm_solaris_kd="blend"),
-        tmp_path,
-        "b" * 20,
-        {},
-    )
-    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta, bundle = _bundle(run, "blend", tmp_path)
     assert meta["vm_solaris_is"] == "vm_solaris_engine_blend"
     assert meta["vm_solaris_blend"] == vars(blend)
-    imps = WORLD
-    rows = run.split.test[:48]
-    users, items, times = imps.user_id[rows], imps.item_id[rows], imps.event_time_ms[rows]
-    n = len(rows)
-    emb = np.random.default_rng(5).normal(0, 1, (n, CFG.embedding_dim)).astype(np.float32)
-    index = HistoryIndex(imps.user_id, imps.item_id, imps.label, imps.event_time_ms)
-    feats = user_stream_inputs(
-        run.item_vocab, items, times, index.gather(users, times, CFG.history_len)
-    )
-    ids = (
-        torch.from_numpy(run.user_vocab.lookup(users)),
-        torch.from_numpy(run.item_vocab.lookup(items)),
-        torch.from_numpy(context_features(times)),
-    )
-    stream = {k: torch.from_numpy(feats[k]) for k in ("user_stats", "recent_pos")}
-    bundle = load_bundle(tmp_path)
+    users, items, times, hists = _rows(run)
+    emb = np.random.default_rng(5).normal(0, 1, (ROWS, CFG.embedding_dim)).astype(np.float32)
+    ids, stream = _torch_inputs(run)
     for tier in (TIER_EXACT, TIER_UNAVAILABLE):
-        tiers = np.full(n, tier, np.int64)
-        served = bundle.solaris.score(users, items, times, emb, tiers, whole_histories(imps, users))
+        tiers = np.full(ROWS, tier, np.int64)
+        served = bundle.solaris.score(users, items, times, emb, tiers, hists)
         with torch.no_grad():
             z_engine = run.vms["vm_solaris_engine"].eval()(
                 *ids, embedding=torch.from_numpy(emb), tier=torch.from_numpy(tiers), **stream
