@@ -39,6 +39,7 @@ from tests.integration.redis_fault_helpers import (
     InProcessRanker,
     Mark,
     MemorySampler,
+    Verified,
     WakeupProbe,
     dense_traffic_file,
     end_offsets,
@@ -235,6 +236,9 @@ EVICTION_POLICY = "volatile-ttl"
 #: memory allowed above what Redis used when the cap is set (a fraction of what the rest of the
 #: replay writes, so eviction runs for most of it)
 CAP_HEADROOM_BYTES = 64 * 1024
+#: share of the newer two fifths of verified pairs (by verification time) that may be absent
+#: (evicted) after the run
+NEWER_ABSENT_MAX = 0.1
 
 
 def key_kind(key: bytes) -> str:
@@ -243,6 +247,21 @@ def key_kind(key: bytes) -> str:
         if part in key:
             return kind
     return {b"agg": "aggregate", b"nb": "neighbours"}.get(key.rsplit(b":", 1)[-1], "other")
+
+
+def absent_share_by_age(
+    messages: list[Verified], absent: set[tuple[int, int]], parts: int = 5
+) -> list[float]:
+    """The share of verified pairs absent from the store in each ``parts``-th of the pairs,
+    ordered by their last verification (their last write): under ``volatile-ttl`` (every pair
+    has the same TTL) eviction takes the oldest write first, approximately (Redis samples)."""
+    last: dict[tuple[int, int], int] = {}
+    for m in messages:
+        for i in m.item_ids:
+            last[(m.user_id, i)] = max(m.event_time_ms, last.get((m.user_id, i), 0))
+    by_time = sorted(last, key=lambda pair: (last[pair], pair))
+    chunks = np.array_split(np.array([p in absent for p in by_time], dtype=float), parts)
+    return [round(float(c.mean()), 3) for c in chunks]
 
 
 def served_tiers_of_verified(
@@ -322,11 +341,14 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
         after_cap = [m for m in messages if m.offset >= cut[m.partition]]
         last = {m.partition: m for m in after_cap}  # newest verified message per partition
         last_absent = {(m.user_id, i) for m in last.values() for i in m.item_ids} & absent
+        by_age = absent_share_by_age(messages, absent)
         exact_ok, stored, evicted_exact = served_tiers_of_verified(
             settings, ranker, all_pairs - absent
         )
     st = ranker.service.reader.stats
     layout = KeyLayout(settings.key_prefix)
+    absent_keys = {layout.pair(u, i) for u, i in absent}
+    verified_keys = {layout.pair(u, i) for u, i in all_pairs}
     print_measured(
         "redis maxmemory",
         {
@@ -338,6 +360,18 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
             "evicted_by_kind": dict(Counter(map(key_kind, evictions.keys))),
             "verified_pairs": len(all_pairs),
             "pairs_evicted": len(absent),
+            "embedding_duplicates": report.embedding_duplicates,
+            "evicted_pairs_stored_again": len((evictions.keys & verified_keys) - absent_keys),
+            "pairs_verified_again": sum(
+                n > 1
+                for n in Counter((m.user_id, i) for m in messages for i in m.item_ids).values()
+            ),
+            "evicted_pair_keys_not_verified": len(
+                {k for k in evictions.keys if key_kind(k) == "pair"} - verified_keys
+            ),
+            "absent_share_oldest_to_newest_fifth": by_age,
+            "newest_pairs": sum(len(m.item_ids) for m in last.values()),
+            "newest_pairs_absent": len(last_absent),
             "aggregates_stored": report.aggregates,
             "aggregates_absent": len(report.aggregates_absent),
             "only_live": len(report.only_live),
@@ -355,12 +389,19 @@ def test_redis_at_maxmemory_evicts_and_writes_continue(
     )
     assert evicted > 0 and absent, "the cap never made Redis evict a pair"
     assert len(evictions.keys) <= evicted  # the log names keys the server counted as evicted
-    absent_keys = {layout.pair(u, i) for u, i in absent}
     assert absent_keys <= evictions.keys, f"pairs lost, not evicted: {absent_keys - evictions.keys}"
     retries = [line for line in log.splitlines() if "store write failed; retrying" in line]
     # no OOM error reached a writer (the peaks say whether keys or client buffers filled the cap)
     assert not retries, f"{len(retries)} write retries, peaks {memory.peaks}: {retries[:3]}"
-    assert after_cap and not last_absent, f"newest writes missing: {last_absent}"
+    # writes go on after the cap and eviction takes the oldest writes first, approximately:
+    # Redis picks the key nearest to expiry from a sample and scores a sampled key once, so a
+    # pair verified again (110 of 749 in one run) can be evicted by its first write's TTL just
+    # after it was written anew. make test at 36365d6 saw 1 of the 4 pairs verified last
+    # evicted. By last write, 6 runs alone: 0-0.02 of each newer fifth absent, 0.45-0.88 of the
+    # oldest two. volatile-random left 0.27 and 0.12 of the newer two absent (fails here)
+    assert after_cap, "nothing was verified after the cap"
+    newer, older = float(np.mean(by_age[3:])), float(np.mean(by_age[:3]))
+    assert newer <= NEWER_ABSENT_MAX and newer < older, f"absent by age, oldest first: {by_age}"
     assert st.store_errors == 0 and st.corrupt_values == 0  # eviction is not an error
     assert not evicted_exact, evicted_exact  # an evicted pair reads missing (a lower tier)
     assert exact_ok == stored > 0  # every pair still stored is served exact
