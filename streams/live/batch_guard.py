@@ -11,7 +11,11 @@ acks the batch, so the partitions' next owner (or this worker, restarted) reads 
 
 A retried batch is processed again from its first event: agents save table state only after
 their sends are delivered, store writes are idempotent by key, and consumers downstream accept
-duplicates (at-least-once), so the retry gives the values of a clean run.
+duplicates (at-least-once), so the retry gives the values of a clean run. A retry sends again
+what the failed try had already delivered (a batch's sends fail or succeed one by one, and a
+message that timed out may still have reached the broker), so its messages carry the try's
+number (``streams.live.sends.ATTEMPT_HEADER``): a reader can tell such a copy
+from a message sent twice for another reason.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from schemas.remote_registry import RegistryUnavailable
 from store.errors import StoreRefused
 from streams.engine.steps.embed import ModelUnavailable
 from streams.live.metrics import AGENT_BATCH_RETRIES
-from streams.live.sends import DeliveryFailed
+from streams.live.sends import BATCH_ATTEMPT, DeliveryFailed
 
 log = logging.getLogger(__name__)
 #: infrastructure failures: not the message's fault, so never a dead letter
@@ -92,6 +96,7 @@ class BatchGuard:
         attempt = 0
         while True:
             attempt += 1
+            token = BATCH_ATTEMPT.set(attempt)
             try:
                 await handle()
             except INFRA_ERRORS as exc:
@@ -120,3 +125,5 @@ class BatchGuard:
             else:
                 self.stuck_since = None
                 return
+            finally:
+                BATCH_ATTEMPT.reset(token)

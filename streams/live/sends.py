@@ -15,6 +15,10 @@ What stays the same:
   committed), as they did with Faust's futures;
 - the record timestamp: the event time.
 
+A message sent by a batch's retry (:mod:`streams.live.batch_guard`) carries the try's number
+in the :data:`ATTEMPT_HEADER` header: the retry re-sends what the failed try had delivered, so
+a reader can tell that copy from a message sent twice for another reason (a lost ledger).
+
 Delivery reports are served by a daemon thread polling the producer; the reports of one poll
 settle their futures with one wake-up of the event loop (one per message was a write to the
 loop's self-pipe and a callback each: ~6 % of a core at 2,400 events/s, holding the GIL). A
@@ -28,6 +32,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -47,6 +52,22 @@ QUEUE_FULL_WAIT_S = 0.005
 POLL_S = 0.05
 #: seconds close() waits for messages still queued
 FLUSH_S = 10.0
+
+
+#: the running batch's try (1 = the first), set by the batch guard; each agent runs in its own
+#: task, so each sees its own
+BATCH_ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "solaris_batch_attempt", default=1
+)
+#: header on every message a batch's retry sends: the try's number (ASCII digits)
+ATTEMPT_HEADER = "solaris-attempt"
+
+
+def attempt_headers() -> list[tuple[str, str | bytes | None]] | None:
+    """The headers of a send from the running batch: none on its first try (the usual case
+    costs nothing), the try's number on a retry."""
+    attempt = BATCH_ATTEMPT.get()
+    return None if attempt == 1 else [(ATTEMPT_HEADER, str(attempt).encode())]
 
 
 #: called on the loop with a delivered message's offset (before its future is settled)
@@ -86,7 +107,9 @@ class FaustSender:
         self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None
     ) -> Awaitable[Any]:
         timestamp = None if timestamp_ms is None else timestamp_ms / 1000
-        return await self.topics[topic].send(key=key, value=value, timestamp=timestamp)
+        return await self.topics[topic].send(
+            key=key, value=value, timestamp=timestamp, headers=attempt_headers()
+        )
 
 
 def sender_overrides(settings: Settings) -> dict[str, Any]:
@@ -150,9 +173,12 @@ class LibrdkafkaSender:
         done: asyncio.Future[None] = loop.create_future()
         report = self._reporter(loop, done, name, None)
         timestamp = 0 if timestamp_ms is None else int(timestamp_ms)  # 0: librdkafka's "now"
+        headers = attempt_headers()
         while True:
             try:
-                producer.produce(name, value, key, on_delivery=report, timestamp=timestamp)
+                producer.produce(
+                    name, value, key, on_delivery=report, timestamp=timestamp, headers=headers
+                )
                 return done
             except BufferError:  # the local queue is full: let deliveries drain it
                 await asyncio.sleep(QUEUE_FULL_WAIT_S)

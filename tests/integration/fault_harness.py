@@ -101,11 +101,16 @@ class FaultProcs(Procs):
         self.procs[name] = proc
         return proc
 
-    def start_pipeline_worker(self, name: str = "pipeline", data_dir: Path | None = None) -> None:
+    def start_pipeline_worker(
+        self,
+        name: str = "pipeline",
+        data_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         """A stateful pipeline worker; a second one in the group needs its own ``data_dir``
-        (RocksDB locks its table files), given as its state dir."""
-        env = {"SOLARIS_STATE_DIR": str(data_dir)} if data_dir is not None else None
-        self.start(name, "worker", "--agents", PIPELINE_AGENTS, env=env)
+        (RocksDB locks its table files), given as its state dir; ``env``: more variables."""
+        more = {"SOLARIS_STATE_DIR": str(data_dir)} if data_dir is not None else {}
+        self.start(name, "worker", "--agents", PIPELINE_AGENTS, env=more | (env or {}))
 
     def group(self, suffix: str) -> str:
         return f"{self.settings.topic_prefix}-{suffix}"
@@ -119,17 +124,19 @@ def fault_pipeline(
     fm_env: dict[str, str] | None = None,
     timeout_s: float = 180,
     fm_web_port: int | None = None,
+    pipeline_env: dict[str, str] | None = None,
 ) -> Iterator[FaultProcs]:
     """Pipeline worker + FM worker (+ ranker) on ``settings``' broker and store, started and
     joined (groups Stable) before yielding; every child is stopped on exit. ``fm_web_port``:
-    the FM worker serves ``/readyz`` there."""
+    the FM worker serves ``/readyz`` there; ``fm_env``, ``pipeline_env``: more variables for
+    that worker (e.g. a test hook's)."""
     from streams.lag import wait_for_groups
     from streams.topics import create_topics
 
     create_topics(settings)
     procs = FaultProcs(settings, log_dir)
     try:
-        procs.start_pipeline_worker()
+        procs.start_pipeline_worker(env=pipeline_env)
         web = [] if fm_web_port is None else ["--web-port", str(fm_web_port)]
         procs.start("fm", "worker", "--agents", "embed", *web, env=fm_env)
         groups = [procs.group("pipeline"), procs.group("fm")]

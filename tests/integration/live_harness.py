@@ -290,6 +290,14 @@ class TopicMessage:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    def attempt(self) -> int:
+        """The try of its agent's batch that sent it (1 unless a retry sent it again)."""
+        from streams.live.sends import ATTEMPT_HEADER
+
+        found = [v for k, v in self.headers if k == ATTEMPT_HEADER and v is not None]
+        return int(found[-1]) if found else 1
 
 
 def read_topic_messages(
@@ -323,7 +331,15 @@ def read_topic_messages(
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     eof.add(msg.partition())
                 continue
-            out.append(TopicMessage(msg.partition(), msg.offset(), msg.key(), msg.value()))
+            out.append(
+                TopicMessage(
+                    msg.partition(),
+                    msg.offset(),
+                    msg.key(),
+                    msg.value(),
+                    tuple(msg.headers() or ()),
+                )
+            )
     finally:
         consumer.close()
     return out

@@ -1,8 +1,12 @@
 """Nothing lost after a fault: every verified pair stored with its newest time and the vector
 the FM gives for the history its ``verified`` message carried, aggregates equal to the ones
 folded from the run's own ``embeddings``, counts as the simulator's, and no pair verified twice
-(the verify step skips a redelivered request by its ledger: a pair verified again means the
-ledger state was lost; FM redeliveries, pairs *embedded* twice, are not a problem)."""
+by first tries (the verify step skips a redelivered request by its ledger: a pair verified again
+means the ledger state was lost). Copies a batch's *retry* sent are not a loss: a retry runs
+the whole batch again and re-sends what the failed try had delivered, or had sent into a broker
+that wrote it before its acknowledgement was lost (at-least-once); such messages carry the
+try's number in a header (``streams.live.sends.ATTEMPT_HEADER``) and are counted apart. FM
+redeliveries, pairs *embedded* twice, are not a problem either."""
 
 from __future__ import annotations
 
@@ -25,12 +29,15 @@ class LossReport:
     """What a faulted run kept, against its own topics and a clean simulator run."""
 
     verified: int = 0  #: distinct (user, item, time) in ``verified``
-    verified_duplicates: int = 0  #: extra copies of a pair in ``verified`` (re-verification)
-    #: pairs in ``verified`` more than once: a request verified again, i.e. the ledger state
-    #: that marks it verified was lost (a rebalance or restart that did not recover the table)
+    verified_duplicates: int = 0  #: extra copies of a pair in ``verified`` (any cause)
+    #: pairs in ``verified`` more than once whose extra copies a batch retry sent (at-least-once)
+    verified_resent: int = 0
+    #: pairs sent to ``verified`` by more than one *first* try: a request verified again, i.e.
+    #: the ledger state that marks it verified was lost (a rebalance or restart that did not
+    #: recover the table)
     verified_twice: list[Pair] = field(default_factory=list)
-    #: the first few of those with the partition:offset of each copy in ``verified`` (adjacent
-    #: offsets: resent by one producer; far apart: verified again after a re-read)
+    #: the first few of those with the partition:offset and batch try of each copy in
+    #: ``verified`` (adjacent offsets: sent twice by one worker; far apart: after a re-read)
     twice_at: list[str] = field(default_factory=list)
     embedding_duplicates: int = 0  #: extra copies in ``embeddings`` (FM redeliveries)
     missing_in_store: list[tuple[int, int]] = field(default_factory=list)
@@ -102,6 +109,20 @@ class Verified:
     messages: dict[Pair, Any] = field(default_factory=dict)  #: the ProposalBatch carrying it
     #: where each copy of a pair sits in the topic, "partition:offset" (for a failure message)
     positions: dict[Pair, list[str]] = field(default_factory=dict)
+    #: the batch try that sent each copy (1: a first try; more: a retry's re-send)
+    attempts: dict[Pair, list[int]] = field(default_factory=dict)
+
+    def first_try_copies(self, pair: Pair) -> int:
+        """Copies of ``pair`` sent by first tries: more than one means it was verified again."""
+        return sum(1 for a in self.attempts[pair] if a == 1)
+
+
+def split_copies(run: Verified) -> tuple[list[Pair], int]:
+    """The pairs sent more than once by first tries (verified again: lost ledger state), and
+    how many pairs' extra copies were all a batch retry's re-sends (at-least-once)."""
+    again = sorted(k for k in run.seen if run.first_try_copies(k) > 1)
+    resent = sum(1 for n in run.seen.values() if n > 1) - len(again)
+    return again, resent
 
 
 def _verified(settings: Settings) -> Verified:
@@ -120,6 +141,7 @@ def _verified(settings: Settings) -> Verified:
             out.histories[pair] = hist
             out.messages[pair] = b
             out.positions.setdefault(pair, []).append(f"{message.partition}:{message.offset}")
+            out.attempts.setdefault(pair, []).append(message.attempt())
     return out
 
 
@@ -210,8 +232,10 @@ def check_nothing_lost(settings: Settings, traffic: Path, bundle: Path) -> LossR
     verified, histories = run.seen, run.histories
     report.verified = len(verified)
     report.verified_duplicates = sum(n - 1 for n in verified.values())
-    report.verified_twice = sorted(k for k, n in verified.items() if n > 1)
-    report.twice_at = [f"{k} at {run.positions[k]}" for k in report.verified_twice[:3]]
+    report.verified_twice, report.verified_resent = split_copies(run)
+    report.twice_at = [
+        f"{k} at {run.positions[k]} (tries {run.attempts[k]})" for k in report.verified_twice[:3]
+    ]
     copies, folded = folded_aggregates(settings)
     report.embedding_duplicates = sum(n - 1 for n in copies.values())
     report.missing_in_embeddings = sorted(set(verified) - set(copies))

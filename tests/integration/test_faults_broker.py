@@ -13,6 +13,12 @@ A third test keeps the broker away for longer than the workers' producer may tak
 a message (``SOLARIS_PRODUCER_MESSAGE_TIMEOUT_MS``, shortened here): the FM worker holds an
 embedded batch (a test hook) while the broker is killed, then sends it into the outage, so its
 deliveries fail for certain. The batch must be run again, not acked undelivered.
+
+A fourth cuts one of the verify agent's batches in two: its first ``verified`` message is
+delivered, then the broker is killed and the rest of the batch is sent into the outage. The
+retry runs the whole batch again and sends the delivered message a second time, marked as the
+retry's (at-least-once); no request may be verified again by a first try (lost ledger state).
+Under load a batch can straddle a broker outage on its own: this is that case, staged.
 """
 
 from __future__ import annotations
@@ -156,6 +162,50 @@ _emb.Embedder.run = _hold
 """
 
 
+#: the pipeline worker's verify agent, at its first batch with two or more ``verified`` messages
+#: after ``TEST_CUT_ARM`` appears, sends the first, waits for its delivery, then waits until
+#: ``TEST_CUT_GATE`` exists (once) before sending the rest: the test kills the broker between
+CUT_HOOK = f"""
+import asyncio, os
+from streams.live.agents import verify as _verify
+
+_ARM, _GATE = os.environ["TEST_CUT_ARM"], os.environ["TEST_CUT_GATE"]
+_orig = _verify.VerifyAgent._send_then_save
+_held = []
+
+
+class _CutSender:
+    def __init__(self, sender):
+        self.sender, self.sent = sender, 0
+
+    async def send(self, topic, key, value, timestamp_ms):
+        fut = await self.sender.send(topic, key, value, timestamp_ms)
+        self.sent += 1
+        if self.sent == 1:
+            await fut
+            print("{HELD}", flush=True)
+            while not os.path.exists(_GATE):
+                await asyncio.sleep(0.05)
+            print("{RELEASED}", flush=True)
+        return fut
+
+
+async def _cut(self, decoded, results, encoded):
+    if _held or not os.path.exists(_ARM) or sum(e is not None for e in encoded) < 2:
+        return await _orig(self, decoded, results, encoded)
+    _held.append(1)
+    sender = self.ctx.sender
+    self.ctx.sender = _CutSender(sender)
+    try:
+        return await _orig(self, decoded, results, encoded)
+    finally:
+        self.ctx.sender = sender
+
+
+_verify.VerifyAgent._send_then_save = _cut
+"""
+
+
 def _run_with_broker_fault(
     broker: OwnBroker,
     stop: Callable[[], None],
@@ -230,6 +280,7 @@ def test_broker_stopped_mid_replay_and_restarted_loses_nothing(
     measured |= {
         "verified_pairs": report.verified,
         "verified_twice": report.verified_duplicates,
+        "verified_resent_by_retry": report.verified_resent,
         "embedded_twice": report.embedding_duplicates,
         "aggregates": report.aggregates,
     }
@@ -286,9 +337,65 @@ def test_broker_away_past_the_message_timeout_loses_no_batch(
             "drain_after_replay_s": drain_s,
             "verified_pairs": report.verified,
             "verified_twice": report.verified_duplicates,
+            "verified_resent_by_retry": report.verified_resent,
             "embedded_twice": report.embedding_duplicates,
         },
     )
     assert RELEASED in log
     assert "DeliveryFailed" in log, "no delivery failed: the outage did not outlast the timeout"
+    report.assert_nothing_lost()
+
+
+def test_verify_batch_cut_by_the_outage_is_resent_not_verified_again(
+    own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
+) -> None:
+    settings = live_settings(
+        Settings(),
+        uuid.uuid4().hex[:10],
+        bundle,
+        kafka_bootstrap=own_broker.bootstrap,
+        producer_message_timeout_ms=MESSAGE_TIMEOUT_MS,
+        agent_batch_attempts=12,
+        agent_batch_max_backoff_s=4.0,
+        agent_batch_max_wait_ms=300,  # batches of several requests: one can be cut in two
+        **STATELESS_RANKING,
+    )
+    arm, gate = tmp_path / "arm", tmp_path / "gate"
+    env = hook_env(tmp_path, "cut-hook", CUT_HOOK, TEST_CUT_ARM=str(arm), TEST_CUT_GATE=str(gate))
+    with fault_pipeline(settings, tmp_path, pipeline_env=env) as procs:
+        replay = replay_until_pairs(settings, traffic_faults, PAIRS_BEFORE_FAULT)
+        arm.touch()
+        wait_for("the verify agent to cut a batch", lambda: HELD in procs.log("pipeline"), 60)
+        down = time.monotonic()
+        own_broker.kill9()
+        gate.touch()  # the rest of the batch now goes into the outage
+        wait_for(
+            "the cut batch to be retried",
+            lambda: "agent verify batch failed" in procs.log("pipeline"),
+            timeout_s=LONG_DOWN_S + 30,
+        )
+        procs.alive()
+        restart_s = own_broker.start()
+        outage_s = time.monotonic() - down
+        stats = replay.join()
+        drain_s = wait_caught_up(settings, procs)
+        procs.alive()
+        log = procs.log("pipeline")
+    report = check_nothing_lost(settings, traffic_faults, bundle)
+    print_measured(
+        "verify batch cut by a broker outage",
+        {
+            "requests": stats.requests,
+            "outage_s": outage_s,
+            "restart_s": restart_s,
+            "pipeline_batch_retries": log.count("retrying the whole batch"),
+            "drain_after_replay_s": drain_s,
+            "verified_pairs": report.verified,
+            "verified_twice": report.verified_duplicates,
+            "verified_resent_by_retry": report.verified_resent,
+            "embedded_twice": report.embedding_duplicates,
+        },
+    )
+    assert RELEASED in log
+    assert report.verified_resent > 0, "the retry did not send the delivered message again"
     report.assert_nothing_lost()

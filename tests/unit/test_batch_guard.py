@@ -11,7 +11,13 @@ import pytest
 
 from streams.live.agents.context import AgentContext
 from streams.live.batch_guard import EXIT_STUCK, BatchGuard, backoff_s
-from streams.live.sends import DeliveryFailed
+from streams.live.sends import (
+    ATTEMPT_HEADER,
+    BATCH_ATTEMPT,
+    DeliveryFailed,
+    LibrdkafkaSender,
+    attempt_headers,
+)
 
 
 class Halted(Exception):
@@ -126,3 +132,44 @@ def test_each_agent_settles_only_its_own_deliveries() -> None:
         assert acked == ["b", "a"]
 
     asyncio.run(body())
+
+
+def test_a_retry_marks_its_sends_with_the_try_number() -> None:
+    """A retry re-sends what the failed try delivered: its messages say which try sent them,
+    the first try's carry no header (nothing to pay on the usual path)."""
+    g = guard(8, [], [])
+    seen: list[Any] = []
+
+    async def batch() -> None:
+        seen.append(attempt_headers())
+        if len(seen) < 3:
+            raise DeliveryFailed("timed out")
+
+    asyncio.run(g.run(batch))
+    assert seen == [None, [(ATTEMPT_HEADER, b"2")], [(ATTEMPT_HEADER, b"3")]]
+    assert attempt_headers() is None  # outside a batch (and after it): the first try's
+
+
+def test_librdkafka_sends_carry_the_retry_header() -> None:
+    """The header reaches the producer call (the agents' default sender)."""
+    produced: list[dict[str, Any]] = []
+
+    class Recording:
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            produced.append(kwargs)
+
+    sender = LibrdkafkaSender.__new__(LibrdkafkaSender)
+    sender._started = lambda: Recording()  # type: ignore[method-assign]
+    sender.settings = type("S", (), {"topic": staticmethod(lambda t: f"p.{t}")})()
+    sender._reports = None  # type: ignore[assignment]
+
+    async def two_tries() -> None:
+        await sender.send("verified", b"1", b"v", 5)
+        token = BATCH_ATTEMPT.set(2)
+        try:
+            await sender.send("verified", b"1", b"v", 5)
+        finally:
+            BATCH_ATTEMPT.reset(token)
+
+    asyncio.run(two_tries())
+    assert [p["headers"] for p in produced] == [None, [(ATTEMPT_HEADER, b"2")]]
