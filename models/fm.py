@@ -4,7 +4,10 @@ Architecture (DIN/HSTU-like, small enough for a 2-core CPU):
 
 1. Each history entry is a token ``item ⊕ label ⊕ time-gap`` (summed embeddings), so the FM
    knows what the user engaged with, what they skipped, and how long ago.
-2. One self-attention block (pre-norm transformer layer) lets history entries see each other.
+2. Self-attention blocks (pre-norm transformer layers, ``layers`` of them) let history entries
+   see each other; optionally causal (each entry sees only older ones) with learned recency
+   positions, which is what next-interaction pretraining (``models.seqrec.pretrain``) needs:
+   every position then predicts the step after it, and the newest position is the user.
 3. **Target attention**: the target item queries the tokens (multi-head, masked); a learned
    "null" token is always present so an empty history (a new user) is well defined and
    exported graphs never divide by zero.
@@ -45,17 +48,31 @@ class FoundationModel(nn.Module):
         heads: int = 2,
         dropout: float = 0.1,
         self_attention: bool = True,
+        layers: int = 1,
+        causal: bool = False,
+        max_len: int = 0,
     ) -> None:
         super().__init__()
         if item_dim % heads:
             raise ValueError(f"item_dim {item_dim} must be divisible by heads {heads}")
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, got {layers}")
         self.heads = heads
         self.item = nn.Embedding(n_items, item_dim, padding_idx=0)
         self.label = nn.Embedding(N_LABEL_TOKENS, item_dim, padding_idx=0)
         self.gap = nn.Embedding(N_GAP_BUCKETS, item_dim, padding_idx=0)
         self.item_bias = nn.Embedding(n_items, 1, padding_idx=0)
         self.null_token = nn.Parameter(torch.zeros(1, 1, item_dim))
-        self.self_attn = _SelfAttention(item_dim, heads) if self_attention else None
+        self.self_attn = _SelfAttention(item_dim, heads, causal) if self_attention else None
+        #: blocks after the first (the first keeps its name: older checkpoints still load)
+        self.more_blocks = nn.ModuleList(
+            [
+                _SelfAttention(item_dim, heads, causal)
+                for _ in range(layers - 1 if self_attention else 0)
+            ]
+        )
+        #: learned recency positions (0 = the newest entry); none when ``max_len`` is 0
+        self.position = nn.Embedding(max_len, item_dim) if max_len > 0 else None
         self.dropout = nn.Dropout(dropout)
         self.q = nn.Linear(item_dim, item_dim)
         self.k = nn.Linear(item_dim, item_dim)
@@ -113,9 +130,7 @@ class FoundationModel(nn.Module):
         """
         mask = (hist_label > 0).to(torch.float32)  # [B, L]
         item_e = self.item(hist_item)
-        tokens = item_e + self.label(hist_label) + self.gap(hist_gap)
-        if self.self_attn is not None:
-            tokens = self.self_attn(tokens, mask)
+        tokens = self.tokens(hist_item, hist_label, hist_gap, mask)
         pos = (hist_label == 2).to(torch.float32)
         neg = (hist_label == 1).to(torch.float32)
         n_pos = pos.sum(dim=1, keepdim=True)
@@ -125,6 +140,30 @@ class FoundationModel(nn.Module):
         n = n_pos + n_neg
         pos_rate = (n_pos + 1.0) / (n + 2.0)  # Laplace-smoothed: 0.5 for an empty history
         return tokens, mask, pos_mean, neg_mean, pos_rate, torch.log1p(n)
+
+    def tokens(
+        self,
+        hist_item: torch.Tensor,
+        hist_label: torch.Tensor,
+        hist_gap: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The history entries after the self-attention blocks ``[B, L, D]`` (0 at padding)."""
+        tokens = self.item(hist_item) + self.label(hist_label) + self.gap(hist_gap)
+        if self.position is not None:
+            length = hist_item.shape[1]
+            recency = torch.arange(length - 1, -1, -1).clamp(max=self.position.num_embeddings - 1)
+            tokens = tokens + self.position(recency)[None, :, :] * mask.unsqueeze(-1)
+        if self.self_attn is not None:
+            tokens = self.self_attn(tokens, mask)
+            for block in self.more_blocks:
+                tokens = block(tokens, mask)
+        return tokens
+
+    def next_item_scores(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Scores of every vocabulary item as the step after each position ``[B, L, V]``
+        (tied item embeddings, as SASRec): the pretraining objective, and the FM's ranking."""
+        return self.user_proj(tokens) @ self.item.weight.T
 
     def decode(
         self,
@@ -178,9 +217,10 @@ class FoundationModel(nn.Module):
 class _SelfAttention(nn.Module):
     """One pre-norm transformer block over the history; padded tokens attend only to themselves."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, causal: bool = False) -> None:
         super().__init__()
         self.heads = heads
+        self.causal = causal
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -195,7 +235,10 @@ class _SelfAttention(nn.Module):
         q, k, v = qkv[0], qkv[1], qkv[2]  # [B, h, L, dh]
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
         eye = torch.eye(length, dtype=mask.dtype)
-        allowed = torch.clamp(mask[:, None, :] + eye[None, :, :], max=1.0)  # [B, L, L]
+        keys = mask[:, None, :]  # [B, 1, L]
+        if self.causal:  # an entry sees the older ones only (histories are oldest first)
+            keys = keys * torch.tril(torch.ones(length, length, dtype=mask.dtype))[None, :, :]
+        allowed = torch.clamp(keys + eye[None, :, :], max=1.0)  # [B, L, L]
         scores = scores.masked_fill(allowed[:, None, :, :] == 0, -1e9)
         att = torch.softmax(scores, dim=-1) @ v  # [B, h, L, dh]
         x = x + self.proj(att.transpose(1, 2).reshape(b, length, dm))

@@ -15,6 +15,7 @@ from streams.cli import (
     dead_letters_cmd,
     demo_cmd,
     exporter_cmd,
+    fm_cmd,
     infra_cmd,
     live_cmd,
     live_status_cmd,
@@ -35,6 +36,7 @@ app.add_typer(infra_cmd.app, name="infra")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
+app.add_typer(fm_cmd.app, name="fm")
 train_cmd.register(app)
 live_cmd.register(app)
 live_status_cmd.register(app)
