@@ -11,14 +11,28 @@
 # process. (Not an environment variable: Settings refuses unknown SOLARIS_* ones.)
 set -euo pipefail
 
+# A run that stops making progress (seen: pytest-xdist waiting for ever on a worker that died
+# while children it had started still held its pipes) must fail inside CI's budget, not use it
+# up: each pytest run gets a wall-clock limit (the whole suite takes ~15 min; CI allows 90).
+RUN_LIMIT_S=${TEST_RUN_LIMIT_S:-2700}
+limited() {
+  local rc=0
+  timeout --kill-after=60 "$RUN_LIMIT_S" "$@" || rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "[test-run] pytest did not finish within ${RUN_LIMIT_S}s: stopped (a hung run is a failure)" >&2
+  fi
+  return "$rc"
+}
+
 workers=$1 py=$2
 shift 2
 if [ "$workers" = 0 ]; then
-  exec "$py" -m pytest -p no:xdist "$@"
+  limited "$py" -m pytest -p no:xdist "$@"
+  exit $?
 fi
 rc=0 timing_rc=0
-"$py" -m pytest -n "$workers" --dist loadfile -m "not timing" "$@" || rc=$?
-"$py" -m pytest -p no:xdist -m timing "$@" || timing_rc=$?
+limited "$py" -m pytest -n "$workers" --dist loadfile -m "not timing" "$@" || rc=$?
+limited "$py" -m pytest -p no:xdist -m timing "$@" || timing_rc=$?
 # exit code 5 there: PYTEST_ARGS chose no `timing` test (e.g. one unit test file), not a failure
 [ "$timing_rc" = 5 ] && timing_rc=0
 [ "$rc" != 0 ] && exit "$rc"

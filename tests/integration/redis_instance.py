@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from streams.settings import REPO_ROOT
+from tests.integration.pid_files import checked_pid
 from tests.ports import free_port
 
 REDIS_SH = REPO_ROOT / "infra" / "redis.sh"
@@ -60,9 +61,11 @@ class RedisInstance:
         self._script("stop")
 
     def pid(self) -> int | None:
+        """The server's pid (None when it is not running), checked to be a redis-server's
+        (see ``tests.integration.pid_files``)."""
         try:
-            return int((self.data_dir / "redis.pid").read_text().strip())
-        except (OSError, ValueError):
+            return checked_pid(self.data_dir / "redis.pid", "redis-server")
+        except (OSError, ValueError):  # no file, or the process is gone
             return None
 
     def _signal(self, sig: signal.Signals) -> None:

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from streams.settings import REPO_ROOT, Settings
+from tests.integration.pid_files import checked_pid
 
 #: cluster-node-timeout of the test clusters: a master unreachable this long is failed over
 NODE_TIMEOUT_MS = 5_000
@@ -69,7 +70,8 @@ class Cluster:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
 
     def pid(self, port: int) -> int:
-        return int((self.directory / str(port) / "redis.pid").read_text().strip())
+        """The node's pid, checked to be a redis-server's (see ``tests.integration.pid_files``)."""
+        return checked_pid(self.directory / str(port) / "redis.pid", "redis-server")
 
     def restart_stopped(self) -> None:
         """Start the nodes that are down (a killed master rejoins as a replica of the promoted

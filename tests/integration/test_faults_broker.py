@@ -52,6 +52,7 @@ from tests.integration.fault_harness import (
 )
 from tests.integration.live_harness import live_settings
 from tests.integration.nothing_lost import check_nothing_lost
+from tests.integration.pid_files import checked_pid
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -104,7 +105,7 @@ class OwnBroker:
         self._script("stop")
 
     def kill9(self) -> None:
-        pid = int((self.data_dir / "kafka.pid").read_text().strip())
+        pid = checked_pid(self.data_dir / "kafka.pid", "kafka.Kafka")
         os.kill(pid, signal.SIGKILL)
         wait_for("the killed broker to exit", lambda: not _alive(pid), timeout_s=30)
 
