@@ -71,6 +71,8 @@ class FoundationModel(nn.Module):
                 for _ in range(layers - 1 if self_attention else 0)
             ]
         )
+        #: the pretrained (causal) FM's output norm before next-step scoring, as in SASRec
+        self.seq_norm = nn.LayerNorm(item_dim) if causal else None
         #: learned recency positions (0 = the newest entry); none when ``max_len`` is 0
         self.position = nn.Embedding(max_len, item_dim) if max_len > 0 else None
         self.dropout = nn.Dropout(dropout)
@@ -163,6 +165,8 @@ class FoundationModel(nn.Module):
     def next_item_scores(self, tokens: torch.Tensor) -> torch.Tensor:
         """Scores of every vocabulary item as the step after each position ``[B, L, V]``
         (tied item embeddings, as SASRec): the pretraining objective, and the FM's ranking."""
+        if self.seq_norm is not None:
+            tokens = self.seq_norm(tokens)
         return self.user_proj(tokens) @ self.item.weight.T
 
     def decode(

@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _default_data_dir() -> Path:
-    return (REPO_ROOT.parent / "shared" / "data").resolve()
+    # not resolved: a shared/ that is a symlink keeps its documented place beside the clone
+    return REPO_ROOT.parent / "shared" / "data"
 
 
 class Settings(EngineFields, ServiceFields, BaseSettings):

@@ -42,8 +42,8 @@ class PretrainConfig:
     hidden: int = 128
     dim: int = 64
     dropout: float = 0.2
-    batch_users: int = 128
-    lr: float = 1e-3
+    batch_users: int = 32
+    lr: float = 2e-3
     weight_decay: float = 0.0
     negatives: int = 2048  #: sampled softmax above this vocabulary size, else the full one
     newest_share: float = 0.5  #: windows ending at the newest training step (else anywhere)
@@ -106,7 +106,10 @@ def sequence_loss(
     mask = (label > 0).to(torch.float32)
     tokens = model.dropout(model.tokens(item, label, gap, mask))
     where = (target > 0) & (label > 0)
-    h = model.user_proj(tokens[where])  # [N, D]
+    picked = tokens[where]
+    if model.seq_norm is not None:
+        picked = model.seq_norm(picked)
+    h = model.user_proj(picked)  # [N, D]
     y = target[where]
     n_items = model.item.num_embeddings
     if n_items - FIRST_ITEM <= negatives:

@@ -37,6 +37,9 @@ def benchmark_cmd(
         bool, typer.Option(help="Also train RecBole's SASRec on the same split (own venv).")
     ] = True,
     reference_max_len: Annotated[int, typer.Option(help="The reference's history length.")] = 50,
+    reference_epochs: Annotated[
+        int, typer.Option(help="Most epochs of the reference (RecBole's default 300).")
+    ] = 300,
 ) -> None:
     """Train the FM with its next-interaction objective and a reference SASRec on the same
     leave-last-out split; report HR@10 and NDCG@10 over every item, and training time."""
@@ -54,7 +57,11 @@ def benchmark_cmd(
         seed=seed,
         threads=threads,
     )
-    ref_cfg = ReferenceConfig(max_len=reference_max_len, seed=seed) if reference else None
+    ref_cfg = (
+        ReferenceConfig(max_len=reference_max_len, epochs=reference_epochs, seed=seed)
+        if reference
+        else None
+    )
     out = benchmark(dataset, data_dir, fm_cfg, ref_cfg, report=announce)
     out["provenance"]["command"] = " ".join(["solaris", *sys.argv[1:]])
     text = json.dumps(out, indent=2)
