@@ -79,12 +79,25 @@ def _int(value: Any, field: str, low: int, high: int) -> int:
     return value
 
 
+def max_body_bytes(max_items: int) -> int:
+    """The largest body a valid request can have: ``max_items`` 19-digit ids, each with its
+    separator and an indentation of up to 11 spaces, plus the object around them."""
+    return 1024 + 32 * max_items
+
+
 def parse_request(body: bytes, max_items: int) -> FeatureRequest:
-    """The request in ``body`` (JSON), or :class:`BadRequest` saying what is wrong."""
+    """The request in ``body`` (JSON), or :class:`BadRequest` saying what is wrong. A body
+    larger than any valid request, or nested deeper than the parser's recursion limit, is
+    refused before it can cost more than reading it."""
+    limit = max_body_bytes(max_items)
+    if len(body) > limit:
+        raise BadRequest(f"body is {len(body)} bytes, more than {limit} for {max_items} items")
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from exc
+    except RecursionError:  # e.g. "[[[[...": no valid request nests more than two levels
+        raise BadRequest("body nests too deep to be a request") from None
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object")
     missing = [k for k in ("user_id", "item_ids", "event_time_ms") if k not in doc]

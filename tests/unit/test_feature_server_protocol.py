@@ -18,6 +18,7 @@ from streams.serve.protocol import (
     decode_binary,
     encode_binary,
     json_answer,
+    max_body_bytes,
     parse_request,
     wants_binary,
 )
@@ -73,6 +74,27 @@ def test_bad_requests_say_what_and_where(body: bytes, field: str | None, says: s
         "message": err.value.message,
         "field": field,
     }
+
+
+def test_deeply_nested_body_is_a_bad_request_not_a_crash() -> None:
+    """``[[[[...`` made the JSON decoder recurse past Python's limit: a RecursionError and a
+    500 with a traceback on every such request. Now a 400."""
+    with pytest.raises(BadRequest):
+        parse_request(b"[" * 100_000, 1000)  # refused by its size, before the parser
+    with pytest.raises(BadRequest, match="nests too deep"):
+        parse_request(b"[" * 20_000, 1000)  # within the size bound: by its depth
+    with pytest.raises(BadRequest, match="nests too deep"):
+        parse_request(b'{"user_id": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", 1000)
+
+
+def test_a_body_larger_than_any_request_is_refused_before_parsing() -> None:
+    biggest = json.dumps(
+        {"user_id": 2**63 - 1, "item_ids": [2**63 - 1] * 1000, "event_time_ms": T0}, indent=2
+    ).encode()
+    assert len(biggest) <= max_body_bytes(1000)
+    assert parse_request(biggest, 1000).item_ids[-1] == 2**63 - 1
+    with pytest.raises(BadRequest, match="bytes, more than"):
+        parse_request(b" " * (max_body_bytes(1000) + 1), 1000)
 
 
 @pytest.mark.parametrize(
