@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -94,6 +95,25 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, urllib.error.URLError | http.client.HTTPException | OSError)
 
 
+def redact_url(url: str) -> str:
+    """``url`` as logs and errors may show it: a password in it and every query or fragment
+    value replaced by ``***`` (a bundle URL may carry a token: ``?token=...``, presigned
+    URLs' signatures); the scheme, host, path and parameter names stay for debugging."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+        query = urllib.parse.urlencode(
+            [(k, "***") for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)],
+            safe="*",
+        )
+        fragment = "***" if parts.fragment else ""
+        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    except ValueError:  # not a URL at all: show none of it
+        return "<unparsable URL>"
+
+
 def _download(url: str, to: Path, timeout_s: float) -> str:
     """Stream ``url`` into ``to``; the sha256 of what was written."""
     digest = hashlib.sha256()
@@ -116,14 +136,18 @@ def _download_with_retries(url: str, to: Path, attempts: int, timeout_s: float) 
         retry=retry_if_exception(_transient),
         before_sleep=lambda state: log.warning(
             "bundle download failed, retrying",
-            extra={"url": url, "attempt": state.attempt_number, "error": repr(state.outcome)},
+            extra={
+                "url": redact_url(url),
+                "attempt": state.attempt_number,
+                "error": repr(state.outcome.exception() if state.outcome else None)[:500],
+            },
         ),
         reraise=True,
     )
     try:
         return str(retrying(_download, url, to, timeout_s))
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-        raise BundleFetchError(f"could not download {url}: {exc}") from exc
+        raise BundleFetchError(f"could not download {redact_url(url)}: {exc}") from exc
 
 
 def _bundle_members(tar: tarfile.TarFile) -> tuple[str, list[tarfile.TarInfo]]:
@@ -165,7 +189,7 @@ def fetch(url: str, sha256: str, dest: Path, attempts: int = 5, timeout_s: float
     as it was (a bundle of the same name already there is replaced)."""
     expected = sha256.strip().lower()
     if not url.startswith(("http://", "https://")):
-        raise BundleFetchError(f"bundle URL must be http(s)://, got {url!r}")
+        raise BundleFetchError(f"bundle URL must be http(s)://, got {redact_url(url)!r}")
     if not SHA256_HEX.match(expected):
         raise BundleFetchError(f"expected sha256 must be 64 hex digits, got {sha256!r}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -175,7 +199,7 @@ def fetch(url: str, sha256: str, dest: Path, attempts: int = 5, timeout_s: float
         got = _download_with_retries(url, archive, attempts, timeout_s)
         if got != expected:
             raise BundleFetchError(
-                f"sha256 mismatch for {url}: expected {expected}, got {got} "
+                f"sha256 mismatch for {redact_url(url)}: expected {expected}, got {got} "
                 "(a different or corrupted archive; nothing was unpacked)"
             )
         size = archive.stat().st_size

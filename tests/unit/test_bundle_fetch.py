@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from streams.bundle_fetch import BundleFetchError, fetch, pack, sha256_file
+from streams.bundle_fetch import BundleFetchError, fetch, pack, redact_url, sha256_file
 from streams.cli.main import app
 
 
@@ -187,3 +188,30 @@ def test_cli_pack_prints_the_hash_and_fetch_reads_the_settings(
 def test_pack_refuses_a_folder_that_is_not_a_bundle(tmp_path: Path) -> None:
     with pytest.raises(BundleFetchError, match="not a trained bundle"):
         pack(tmp_path, tmp_path / "x.tar.gz")
+
+
+def test_url_credentials_never_reach_logs_or_errors(
+    tmp_path: Path, server: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bundle URL may carry a token (presigned URLs, ``?token=``): retries are logged and
+    failures raised with the URL's host and path, never its secret parts."""
+    secret = "s3cr3t-T0KEN"
+    base = server.base.replace("http://", f"http://reader:{secret}@")
+    url = f"{base}/missing.tar.gz?token={secret}&X-Amz-Signature={secret}#{secret}"
+    server.fail_first = [503]
+    with caplog.at_level(logging.DEBUG), pytest.raises(BundleFetchError) as raised:
+        fetch(url, "0" * 64, tmp_path / "m", attempts=2)
+    assert "retrying" in caplog.text  # the 503 was logged
+    shown = (
+        caplog.text
+        + str(raised.value)
+        + "".join(str(getattr(r, "url", "")) + str(getattr(r, "error", "")) for r in caplog.records)
+    )
+    assert secret not in shown
+    assert "/missing.tar.gz" in str(raised.value) and "token=***" in str(raised.value)
+
+
+def test_redact_url_keeps_what_helps_debugging() -> None:
+    got = redact_url("https://u:pw@host:8443/a/b.tar.gz?token=abc&v=1#frag")
+    assert got == "https://u:***@host:8443/a/b.tar.gz?token=***&v=***#***"
+    assert redact_url("https://host/a.tar.gz") == "https://host/a.tar.gz"
