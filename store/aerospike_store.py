@@ -43,7 +43,7 @@ from store.aerospike_cas import (
 )
 from store.aerospike_config import AerospikeAuth, client_config, connect
 from store.conditional_writes import newer_or_equal
-from store.errors import StoreTimeout, StoreUnavailable
+from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from store.protocol import ReadBatch, ReadResult
 from store.state_slots import StateWrites, merge_state, state_items
 from store.values import encode_aggregate, encode_neighbours, encode_pair
@@ -64,6 +64,13 @@ _NOT_FOUND = 2  # RecordNotFound
 _TIMEOUT = 9  # TimeoutError
 _BATCH_FAILED = -16  # BatchFailed: some records of the batch failed (each says why)
 _OK_ONLY = frozenset({_OK})
+#: codes of a server that answered and refused: the same command is refused again until someone
+#: acts (memory or quota, a record over the size limit, permissions, a wrong namespace, bin or
+#: type), so writers must not retry it in place (``StoreRefused``, as Redis's OOM and NOPERM):
+#: ParameterError 4, ServerFull 8, AlwaysForbidden 10, BinIncompatibleType 12, RecordTooBig 13,
+#: UnsupportedFeature 16, NamespaceNotFound 20, BinNameError 21, ForbiddenError 22,
+#: NotAuthenticated 80, RoleViolation 81, QuotaExceeded 83
+_REFUSED = frozenset({4, 8, 10, 12, 13, 16, 20, 21, 22, 80, 81, 83})
 
 Key = tuple[str, str, str]
 
@@ -142,6 +149,8 @@ class AerospikeStore:
         except self._aero_exc.TimeoutError as exc:
             raise StoreTimeout(f"aerospike write timed out: {exc}") from exc
         except self._aero_exc.AerospikeError as exc:
+            if getattr(exc, "code", None) in _REFUSED:
+                raise StoreRefused(f"aerospike refused the write: {exc}") from exc
             raise StoreUnavailable(f"aerospike write failed: {exc}") from exc
         _check_batch("write", result, len(records), ok=ok)
         return [br.result for br in result.batch_records]
@@ -355,10 +364,16 @@ def _check_batch(op: str, result: Any, n: int, *, ok: frozenset[int]) -> None:
     if result.result == _TIMEOUT or (failed and all(br.result == _TIMEOUT for br in failed)):
         raise StoreTimeout(f"aerospike {op} timed out ({len(failed)} of {n} records unanswered)")
     if failed:
-        raise StoreUnavailable(
+        refused = [br.result for br in failed if br.result in _REFUSED]
+        error = StoreRefused if refused else StoreUnavailable
+        raise error(
             f"aerospike {op}: {len(failed)} of {n} records failed "
-            f"(first result code {failed[0].result})"
+            f"(first result code {failed[0].result}"
+            + (f"; refused: code {refused[0]}" if refused else "")
+            + ")"
         )
+    if result.result in _REFUSED:
+        raise StoreRefused(f"aerospike {op} refused (batch result code {result.result})")
     if result.result not in (_OK, _BATCH_FAILED):
         raise StoreUnavailable(f"aerospike {op} failed (batch result code {result.result})")
 

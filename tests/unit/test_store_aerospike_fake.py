@@ -15,7 +15,7 @@ from aerospike import exception as aero_exc
 from schemas.records import NeighbourList, UserAggregate
 from schemas.vectors import VectorDtype
 from store.aerospike_store import AerospikeStore, ttl_seconds
-from store.errors import StoreTimeout, StoreUnavailable
+from store.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from store.protocol import ReadBatch
 from store.values import encode_aggregate, encode_neighbours, encode_pair
 from tests.contract.store_contract import HOUR, T0, StoreContract, pair
@@ -71,12 +71,36 @@ def test_partial_write_failure_names_count_and_first_code(
     store: AerospikeStore, fake: FakeAerospikeClient
 ) -> None:
     fake.record_errors["1:11"] = 14  # RecordBusy (hot key)
-    fake.record_errors["1:13"] = 8  # ServerFull
+    fake.record_errors["1:13"] = 18  # DeviceOverload
     with pytest.raises(StoreUnavailable, match=r"2 of 4 records failed \(first result code 14\)"):
         store.write_pairs([pair(1, i) for i in (10, 11, 12, 13)], HOUR)
     fake.record_errors.clear()
     # the records that succeeded were written (a batch is not atomic)
     assert store.read(ReadBatch(pairs=[(1, 10), (1, 11)]), 500).pairs[1] is None
+
+
+@pytest.mark.parametrize("code", [13, 8, 81])  # RecordTooBig, ServerFull, RoleViolation
+def test_a_refusal_raises_store_refused_not_a_retryable_error(
+    store: AerospikeStore, fake: FakeAerospikeClient, code: int
+) -> None:
+    """A server that answers "no" says the same on every retry: StoreRefused, which the
+    writers' retry loop does not repeat (a plain StoreUnavailable was retried for ever while
+    /readyz said 200)."""
+    fake.record_errors["1:11"] = code
+    with pytest.raises(StoreRefused, match=f"refused: code {code}"):
+        store.write_pairs([pair(1, i) for i in (10, 11)], HOUR)
+
+
+def test_a_refusing_client_exception_is_store_refused(
+    store: AerospikeStore, fake: FakeAerospikeClient
+) -> None:
+    fake.raise_next["batch_write"] = make_error(aero_exc.RoleViolation, "no write role")
+    with pytest.raises(StoreRefused, match="no write role"):
+        store.write_pairs([pair(1, 10)], HOUR)
+    fake.raise_next["batch_write"] = make_error(aero_exc.ClusterError, "node gone")
+    with pytest.raises(StoreUnavailable) as raised:
+        store.write_pairs([pair(1, 10)], HOUR)
+    assert not isinstance(raised.value, StoreRefused)
 
 
 def test_not_found_reads_none_and_found_reads_the_value(store: AerospikeStore) -> None:
