@@ -45,6 +45,8 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
     ModelUnavailable,  # the FM failed on every message of a group: the model's fault, not theirs
     StoreRefused,  # the store refused a write (NOPERM, OOM, ...): not retried in place
     RegistryUnavailable,  # a new schema id seen while the schema registry is unreachable
+    OSError,  # the machine's: a RocksDB table read or write, a full disk, a reset connection
+    MemoryError,  # the worker's, not the message's: a dead letter would lose a good message
 )
 #: exit status of a worker that gave up on a batch (EX_TEMPFAIL: try again later)
 EXIT_STUCK = 75

@@ -21,7 +21,7 @@ from schemas.records import EmbeddingBatch
 from streams.engine.state import AGGREGATES
 from streams.engine.steps.aggregate import aggregate_step
 from streams.live import metrics
-from streams.live.agents.context import AgentContext, as_current
+from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current
 from streams.live.retry import write_with_retry
 from streams.live.state import read_table
 
@@ -44,6 +44,9 @@ def register(ctx: AgentContext) -> None:
             aggregator,
             isolate=(Exception,),  # any error of one message's fold costs only that message
         )
+        for _, exc in result.refused:  # the machine's error, not the message's: rerun the batch
+            if isinstance(exc, INFRA_ERRORS):
+                raise exc
         for index, exc in result.refused:
             await ctx.dead_for(admitted[index][0], exc)
         if result.stale_dropped:

@@ -1,0 +1,73 @@
+"""Errors that are not the message's fault never make a dead letter: a table (RocksDB) read
+that fails with OSError, or memory running out, reruns the batch (the batch guard) instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+import pytest
+
+from schemas.records import ProposalBatch
+from streams.live.agents import verify as verify_agent
+from streams.live.batch_guard import INFRA_ERRORS
+from streams.live.components import Components
+from tests.unit.test_agents import T0, Sent, proposals, put, run
+
+
+@pytest.mark.parametrize("error", [OSError(5, "IO error: rocksdb read"), MemoryError()])
+def test_a_failing_table_read_reruns_the_batch_instead_of_dead_lettering(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    real = verify_agent.read_table
+    calls: list[Any] = []
+
+    def flaky(table: Any, key: Any) -> Any:
+        calls.append(key)
+        if len(calls) == 1:
+            raise error
+        return real(table, key)
+
+    monkeypatch.setattr(verify_agent, "read_table", flaky)
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        await put(app, "verify", [parts.codec.encode(proposals("r1", T0, (1, 2)))])
+        assert "agents-unit.dead-letter" not in sent.by_topic, "a good message was dead-lettered"
+        out = sent.by_topic["agents-unit.verified"]
+        assert [parts.codec.decode(v, ProposalBatch).item_ids for v in out] == [(1, 2)]
+        assert len(calls) >= 2  # the whole batch ran again and read its tables again
+
+    run(body, monkeypatch)
+
+
+def test_infrastructure_errors_include_the_machines_own() -> None:
+    assert OSError in INFRA_ERRORS  # RocksDB's errors, a full disk, ConnectionError
+    assert MemoryError in INFRA_ERRORS
+
+
+def test_memory_running_out_in_a_fold_reruns_the_aggregate_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The aggregate agent isolates each message's fold, but the worker's own errors (memory,
+    the disk) are not the message's: no dead letter, the batch runs again."""
+    from streams.engine.aggregator import AggregateState, RollingAggregator
+    from tests.unit.test_agent_isolation import dead_letters, embeddings
+
+    real = RollingAggregator.add
+    calls: list[int] = []
+
+    def once_out_of_memory(self: RollingAggregator, state: AggregateState, embs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError
+        return real(self, state, embs)
+
+    monkeypatch.setattr(RollingAggregator, "add", once_out_of_memory)
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        v = parts.models.fm.model_version
+        await put(app, "aggregate", [parts.codec.encode(embeddings("a", 7, T0, v, 4, 10))])
+        assert dead_letters(parts, sent) == []
+        assert sorted(parts.aggregate_times) == [7] and len(calls) == 2
+
+    run(body, monkeypatch)
