@@ -100,18 +100,43 @@ async def embed_isolating(
     passthrough: tuple[type[BaseException], ...] = (),
 ) -> EmbedOutcome[E]:
     """Embed ``items`` in one FM call; on failure, one call per message to isolate the bad
-    ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate, and so
-    does :class:`ModelUnavailable` when no message could be embedded and each failed on the
-    model itself (a transient GPU or runtime failure would otherwise dead-letter good data).
-    A message whose input alone makes the model fail while others succeed is reported as
-    failed (dead-lettered by the caller)."""
+    ones. Exceptions of the ``passthrough`` types (infrastructure, not data) propagate. A
+    message whose input alone makes the model fail while others succeed is reported as failed
+    (dead-lettered by the caller).
+
+    When no message could be embedded and each failed on the model itself, the model runs on
+    a probe (:func:`probe_input`: no history, one unknown item), which a working model always
+    embeds: if the probe fails too, the model is down (:class:`ModelUnavailable`: the batch is
+    rerun, a transient GPU or runtime failure must not dead-letter good data); if it succeeds,
+    the messages are at fault and are reported as failed. Without the probe, one poison
+    message alone in its group (common in quiet traffic) read as an outage and crash-looped
+    the worker."""
     out = await _isolating(items, embed, passthrough)
     if out.failed and not out.done and all(model_fault(exc) for _, exc in out.failed):
         first = out.failed[0][1]
-        raise ModelUnavailable(
-            f"the FM failed on all {len(out.failed)} messages of a group, each alone: {first}"
-        ) from first
+        probe = probe_input(out.failed[0][0].batch.event_time_ms)
+        try:
+            out.fm_calls += 1
+            await embed([probe])
+        except passthrough:
+            raise
+        except Exception as down:
+            raise ModelUnavailable(
+                f"the FM failed on all {len(out.failed)} messages of a group, each alone, and "
+                f"on a probe: {first} (probe: {down})"
+            ) from first
     return out
+
+
+#: the probe's request id (never a real request's: it is not sent anywhere)
+PROBE_REQUEST = "solaris-model-probe"
+
+
+def probe_input(event_time_ms: int) -> EmbedInput[None]:
+    """A message any working FM embeds: a user with no history, one item (an unknown id maps
+    to the vocabulary's unknown slot), at a valid event time."""
+    batch = ProposalBatch(PROBE_REQUEST, 0, event_time_ms, 1, (0,), ("probe",))
+    return EmbedInput(None, batch, UserHistory.of((), (), ()))
 
 
 async def _isolating(
