@@ -14,6 +14,7 @@ next replay starts after it, so a dead letter is replayed once unless asked for 
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -105,12 +106,55 @@ def explain(found: Sequence[Found]) -> list[dict[str, object]]:
     ]
 
 
-def replay_plan(found: Sequence[Found], settings: Settings) -> tuple[list[Found], list[Found]]:
-    """(to send, refused): refused are values cut to a prefix and sources that are not one of
-    this deployment's topics (a dead letter never sends data anywhere else)."""
+#: a message's identity across its dead letters: source topic, key, sha256 of the value
+Identity = tuple[str, bytes | None, str]
+
+
+def identity(letter: DeadLetter) -> Identity:
+    digest = hashlib.sha256(letter.raw_value or b"").hexdigest()
+    return (letter.source_topic, letter.raw_key, digest)
+
+
+def failures(history: Iterable[Found]) -> Counter[Identity]:
+    """How often each message was dead-lettered: every failure, first or after a replay, left
+    one dead letter, so the dead-letter topic itself counts a message's attempts."""
+    return Counter(identity(f.letter) for f in history)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """What a replay sends, and what it does not and why."""
+
+    send: list[Found]  #: one dead letter per message (its newest), to go back
+    refused: list[Found]  #: cut values, and sources outside this deployment's topics
+    parked: list[Found]  #: messages that failed ``max_attempts`` times: left for a person
+    duplicates: int = 0  #: older dead letters of a message that is sent (or parked) once
+
+
+def replay_plan(
+    found: Sequence[Found],
+    settings: Settings,
+    history: Sequence[Found] | None = None,
+    max_attempts: int = 3,
+) -> ReplayPlan:
+    """Sort the selected dead letters ``found``: refused are values cut to a prefix and sources
+    that are not one of this deployment's topics (a dead letter never sends data anywhere
+    else); parked are messages that already failed ``max_attempts`` times, counted over
+    ``history`` (the whole dead-letter topic; default ``found``): a poison message replayed
+    without limit would fail, and be dead-lettered and replayed, for ever. A message
+    dead-lettered several times is sent (or parked) once."""
     ours = settings.topic_prefix + "."
-    send: list[Found] = []
+    counts = failures(found if history is None else history)
+    newest: dict[Identity, Found] = {}
     refused: list[Found] = []
     for f in found:
-        (send if f.replayable and f.letter.source_topic.startswith(ours) else refused).append(f)
-    return send, refused
+        if not (f.replayable and f.letter.source_topic.startswith(ours)):
+            refused.append(f)
+            continue
+        key = identity(f.letter)
+        if key not in newest or f.letter.failed_at_ms >= newest[key].letter.failed_at_ms:
+            newest[key] = f
+    send = [f for k, f in newest.items() if counts[k] < max_attempts]
+    parked = [f for k, f in newest.items() if counts[k] >= max_attempts]
+    duplicates = len(found) - len(refused) - len(newest)
+    return ReplayPlan(send, refused, parked, duplicates)

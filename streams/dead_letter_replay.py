@@ -4,6 +4,7 @@ See :mod:`streams.dead_letter_ops` for what is selected and why."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from confluent_kafka import OFFSET_INVALID, TopicPartition
@@ -50,10 +51,12 @@ def read_dead_letters(settings: Settings, from_start: bool = True) -> tuple[list
     return decode_all(((m.partition, m.offset, m.value) for m in msgs), settings)
 
 
-def send_back(settings: Settings, letters: Sequence[Found]) -> int:
-    """Produce each letter's raw key and value to its source topic; returns how many were
-    delivered (raises :class:`KafkaUnavailable` if any was not)."""
+def send_back(settings: Settings, letters: Sequence[Found], rate: float = 0.0) -> int:
+    """Produce each letter's raw key and value to its source topic, at most ``rate`` a second
+    (0: no pacing); returns how many were delivered (raises :class:`KafkaUnavailable` if any
+    was not)."""
     producer = make_producer(settings)
+    gap_s = 1.0 / rate if rate > 0 else 0.0
     failed: list[str] = []
 
     def report(err: object, msg: object) -> None:
@@ -68,6 +71,8 @@ def send_back(settings: Settings, letters: Sequence[Found]) -> int:
             on_delivery=report,
         )
         producer.poll(0)
+        if gap_s:
+            time.sleep(gap_s)
     left = producer.flush(30)
     if failed or left:
         raise KafkaUnavailable(

@@ -104,29 +104,57 @@ def replay(
         bool, typer.Option("--from-start", help="Also dead letters an earlier replay read.")
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be sent.")] = False,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Park a message dead-lettered this many times (first failure included)."
+        ),
+    ] = 3,
+    rate: Annotated[
+        float, typer.Option(min=0.0, help="Messages sent per second (0: as fast as possible).")
+    ] = 20.0,
 ) -> None:
     """Send the selected dead letters' raw messages back to their source topics.
 
     Each replay continues after the dead letters the previous one read (all of them, selected
     or not); --from-start reads them all again. Values that were cut to a prefix, and sources
-    outside this deployment's topics, are never sent.
+    outside this deployment's topics, are never sent. A message is sent once however many
+    dead letters it left; one that has failed --max-attempts times (counted over the whole
+    dead-letter topic) is parked: listed, not sent. Sends are paced (--rate), so replayed
+    messages reach the agents among live traffic rather than as a batch of their own.
     """
     from streams.dead_letter_ops import replay_plan, select
     from streams.dead_letter_replay import mark_replayed, send_back
 
     settings, found = _read(from_start)
-    send, refused = replay_plan(select(found, reason, source_topic), settings)
-    summary = {"read": len(found), "selected": len(send) + len(refused), "sent": 0,
-               "refused": len(refused), "dry_run": dry_run}  # fmt: skip
+    history = found if from_start else _read(True)[1]
+    plan = replay_plan(select(found, reason, source_topic), settings, history, max_attempts)
+    summary: dict[str, object] = {
+        "read": len(found),
+        "selected": len(plan.send) + len(plan.refused) + len(plan.parked) + plan.duplicates,
+        "sent": 0,
+        "refused": len(plan.refused),
+        "parked": len(plan.parked),
+        "duplicates": plan.duplicates,
+        "dry_run": dry_run,
+    }
+    if plan.parked:
+        announce(
+            f"{len(plan.parked)} messages failed {max_attempts} times or more: parked, not "
+            "replayed (`solaris dead-letters list` shows them)",
+            level=logging.WARNING,
+            console=console,
+            parked=len(plan.parked),
+        )
     if not dry_run:
         try:
-            summary["sent"] = send_back(settings, send)
+            summary["sent"] = send_back(settings, plan.send, rate)
         except KafkaUnavailable as exc:
             fail(str(exc), console=console)
             raise typer.Exit(1) from exc
         mark_replayed(settings, found)
     else:
-        summary["would_send"] = len(send)
+        summary["would_send"] = len(plan.send)
     typer.echo(json.dumps(summary))
 
 

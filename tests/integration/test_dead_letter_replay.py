@@ -69,3 +69,33 @@ def test_replay_sends_the_raw_message_back_once(bundle: Path) -> None:
     assert sent.partition == partition_for(b"7", settings.topic_partitions)  # Faust's partition
     assert json.loads(cli(settings, "replay"))["sent"] == 0  # already replayed
     assert json.loads(cli(settings, "replay", "--from-start"))["sent"] == 1
+
+
+def test_a_message_that_failed_max_attempts_times_is_parked(bundle: Path) -> None:
+    """A message that fails on every replay leaves one dead letter per failure: at
+    --max-attempts of them it is parked, not sent again; below, it is sent once (not once per
+    letter)."""
+    from streams.topics import create_topics
+
+    settings = fresh_live_settings(bundle)
+    create_topics(settings)
+    codec = Codec()
+    requests = settings.topic("requests")
+    poison = codec.encode(RequestEvent("p", 5, T0, "feed", (4,)))
+    other = codec.encode(RequestEvent("q", 6, T0, "feed", (5,)))
+    letters = [
+        DeadLetter(requests, 0, n, "processing_error", "boom", b"5", poison, T0 + n)
+        for n in range(3)
+    ]
+    letters += [DeadLetter(requests, 0, 9 + n, "processing_error", "boom", b"6", other, T0 + n) for n in range(2)]  # fmt: skip
+    producer = make_producer(settings)
+    for dl in letters:
+        producer.produce(settings.topic("dead-letter"), key=dl.raw_key, value=codec.encode(dl))
+    assert producer.flush(10) == 0
+
+    summary = json.loads(cli(settings, "replay", "--rate", "0"))
+    assert (summary["sent"], summary["parked"], summary["duplicates"]) == (1, 1, 3)
+    (sent,) = read_topic(settings, requests)
+    assert sent.value == other
+    summary = json.loads(cli(settings, "replay", "--from-start", "--max-attempts", "4"))
+    assert (summary["sent"], summary["parked"]) == (2, 0)
