@@ -71,3 +71,37 @@ def test_memory_running_out_in_a_fold_reruns_the_aggregate_batch(
         assert sorted(parts.aggregate_times) == [7] and len(calls) == 2
 
     run(body, monkeypatch)
+
+
+def test_a_vm_outage_reruns_the_verify_batch_and_a_vm_poison_is_dead_lettered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The VM failing on every message, and on a probe, is the VM's outage: the batch runs
+    again (it dead-lettered every message before). Failing on one request only, while the
+    probe scores, is that request's fault: it alone is dead-lettered."""
+    from models.errors import InferenceError
+
+    real = verify_agent.verify_requests
+    state = {"down": 3}  # the batch's call, the message alone, the probe
+
+    def flaky_vm(batches: Any, *args: Any) -> Any:
+        if state["down"] > 0:
+            state["down"] -= 1
+            raise InferenceError("vm.onnx: inference failed: CUDA error")
+        if any(b.request_id == "bad" for b in batches):
+            raise InferenceError("vm.onnx: inference failed on this input")
+        return real(batches, *args)
+
+    monkeypatch.setattr(verify_agent, "verify_requests", flaky_vm)
+
+    async def body(app: faust.App, parts: Components, sent: Sent) -> None:
+        enc = parts.codec.encode
+        await put(app, "verify", [enc(proposals("r1", T0, (1, 2)))])
+        assert "agents-unit.dead-letter" not in sent.by_topic, "an outage dead-lettered data"
+        assert len(sent.by_topic["agents-unit.verified"]) == 1 and state["down"] == 0
+        await put(app, "verify", [enc(proposals("bad", T0 + 5, (3,), user=8))])
+        (dl,) = sent.by_topic["agents-unit.dead-letter"]
+        assert b"failed on this input" in dl
+        assert not app.agents["verify"]._crashed.is_set()
+
+    run(body, monkeypatch)

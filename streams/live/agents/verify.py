@@ -7,7 +7,8 @@ at a time, so the user's later requests do not see the refused one's pairs in th
 the VM scored NaN or infinite are dropped by the verifier before ranking (counted and logged
 here), so the rest of their request goes on.
 Infrastructure errors (``INFRA_ERRORS``) propagate to the agent's batch guard, which runs the
-whole batch again (the ledger is not saved yet).
+whole batch again (the ledger is not saved yet). So does a VM that fails on every message and
+on a probe (``ModelUnavailable``): a transient ONNX failure must not dead-letter good messages.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from schemas.records import ProposalBatch
 from streams.engine.history import Entry
 from streams.engine.ledger import Confirmed
 from streams.engine.state import aggregate_confirmed
+from streams.engine.steps.embed import PROBE_REQUEST, ModelUnavailable, model_fault
 from streams.engine.steps.verify import LedgerState, VerifyResult, verify_requests
 from streams.live import metrics
 from streams.live.agents.context import INFRA_ERRORS, AgentContext, as_current, user_key
@@ -178,6 +180,7 @@ class VerifyAgent:
         kept: Decoded = []
         results: list[VerifyResult] = []
         encoded: list[bytes | None] = []
+        failed: list[tuple[Any, Exception]] = []
         for event, b in decoded:
             try:
                 (res,) = await in_pool(MODEL_POOL, self._verify, [b], state)
@@ -185,14 +188,33 @@ class VerifyAgent:
             except INFRA_ERRORS:
                 raise
             except Exception as exc:
-                await self.ctx.dead_for(event, exc)
+                failed.append((event, exc))
                 continue
             if res.ledger is not None:  # the user's next request sees this one's pairs
                 state[b.user_id] = (res.ledger, state[b.user_id][1])
             kept.append((event, b))
             results.append(res)
             encoded.append(data)
+        if failed and not kept and all(model_fault(e) for _, e in failed):
+            await self._unless_vm_down(decoded[0][1].event_time_ms, failed[0][1])
+        for event, error in failed:
+            await self.ctx.dead_for(event, error)
         return kept, results, encoded
+
+    async def _unless_vm_down(self, event_time_ms: int, first: Exception) -> None:
+        """Every message failed on the VM itself: run it on a probe any working VM scores (a
+        user with no state, one unknown item). If that fails too the VM is down, not the data:
+        :class:`ModelUnavailable` reruns the batch instead of dead-lettering all of it."""
+        probe = ProposalBatch(PROBE_REQUEST, 0, event_time_ms, 1, (0,), ("probe",))
+        try:
+            await in_pool(MODEL_POOL, self._verify, [probe], {0: (LedgerState(), [])})
+        except INFRA_ERRORS:
+            raise
+        except Exception as down:
+            raise ModelUnavailable(
+                f"the VM failed on every message of a batch, each alone, and on a probe: "
+                f"{first} (probe: {down})"
+            ) from first
 
     async def _send_then_save(
         self, decoded: Decoded, results: list[VerifyResult], encoded: list[bytes | None]
