@@ -37,6 +37,7 @@ def benchmark(
     """The yardstick's JSON (``ref_cfg`` None: the FM alone, no reference)."""
     from models.results import provenance
 
+    started = provenance()  # the code that runs, not the tree at the end of a long run
     log, _ = load_dataset(dataset, data_dir)  # type: ignore[arg-type]
     seqs = from_interactions(log)
     out: dict[str, Any] = {
@@ -61,5 +62,5 @@ def benchmark(
         out["fm_minus_reference"] = {
             m: out["fm"][m] - out["reference"][m] for m in (f"hr@{K}", f"ndcg@{K}")
         }
-    out["provenance"] = provenance()
+    out["provenance"] = started | {"finished": provenance()["date"]}
     return out
