@@ -152,6 +152,10 @@ RANKER_BAD_MESSAGES = Counter(
     "Undecodable messages the ranker skipped, by topic.",
     ["topic"],
 )
+RANKER_SCORES_UNDELIVERED = Counter(
+    "solaris_ranker_scores_undelivered_total",
+    "Scores messages the broker did not take (after the producer's own retries).",
+)
 RANKER_FAILED_MESSAGES = Counter(
     "solaris_ranker_failed_messages_total",
     "Messages whose handling raised in the ranker (logged and skipped; the ranker kept going).",

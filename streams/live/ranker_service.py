@@ -90,6 +90,8 @@ class RankerService:
         self._assigned = 0  #: partitions held now (set by the rebalance callbacks)
         #: messages whose handling raised (logged and skipped)
         self.failed = 0
+        #: ``scores`` messages the broker did not take (counted and logged, never silent)
+        self.scores_undelivered = 0
         #: requests served the plain VM because their feature read failed (store outage)
         self.baseline_fallbacks = 0
         self.stats = LiveStats(settings, "ranker")
@@ -229,16 +231,38 @@ class RankerService:
                 # ships with the KD loss, else the fair vm)
                 "baseline_in_graph": result.baseline_in_graph,
             }
-            producer.produce(
-                self.settings.topic("scores"),
-                key=str(request.user_id).encode(),
-                value=json.dumps(body).encode(),
-                timestamp=request.event_time_ms,
-            )
+            self._send_scores(producer, request, json.dumps(body).encode())
         if self.requests % self.options.stats_every == 0:
             self._publish()
         else:
             self._publish_if_stale()
+
+    def _send_scores(self, producer: Producer, request: RequestEvent, value: bytes) -> None:
+        """Queue one ``scores`` message; its delivery is checked (``_on_scores_delivered``) and
+        a full local queue is drained before queuing again, not raised as a failed message."""
+        while True:
+            try:
+                producer.produce(
+                    self.settings.topic("scores"),
+                    key=str(request.user_id).encode(),
+                    value=value,
+                    timestamp=request.event_time_ms,
+                    on_delivery=self._on_scores_delivered,
+                )
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    def _on_scores_delivered(self, err: Any, msg: Any) -> None:
+        """librdkafka's report for one ``scores`` message (runs in ``poll``, this thread)."""
+        if err is None:
+            return
+        self.scores_undelivered += 1
+        metrics.RANKER_SCORES_UNDELIVERED.inc()
+        log.warning(
+            "a scores message was not delivered",
+            extra={"error": str(err), "undelivered": self.scores_undelivered},
+        )
 
     def _on_impression(self, value: bytes | None) -> None:
         try:
@@ -308,6 +332,7 @@ class RankerService:
                 "bad_requests": self.bad,
                 "bad_impressions": self.bad_impressions,
                 "failed_messages": self.failed,
+                "scores_undelivered": self.scores_undelivered,
                 "baseline_fallbacks": self.baseline_fallbacks,
                 "reader_internal_errors": st.internal_errors,
                 "corrupt_values": st.corrupt_values,

@@ -270,7 +270,9 @@ class RecordingProducer:
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
 
-    def produce(self, topic: str, key: bytes, value: bytes, timestamp: int) -> None:
+    def produce(
+        self, topic: str, key: bytes, value: bytes, timestamp: int, on_delivery: Any = None
+    ) -> None:
         self.bodies.append(json.loads(value))
 
 
@@ -323,3 +325,43 @@ def test_needs_baseline_only_when_the_read_failed_and_served_nothing() -> None:
     assert not needs_baseline(result([exact, missing], failed=True))  # a late round 2 kept round 1
     assert not needs_baseline(result([missing, missing], failed=False))
     assert not needs_baseline(result([], failed=True))
+
+
+class RefusingProducer:
+    """A producer whose deliveries fail (reported at the next poll), and whose local queue is
+    full once: what librdkafka does while the broker is away past the message timeout."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+        self.full_once = True
+
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        if self.full_once:
+            self.full_once = False
+            raise BufferError("Local: Queue full")
+        self.pending.append(kwargs["on_delivery"])
+
+    def poll(self, timeout: float = 0) -> int:
+        done, self.pending = self.pending, []
+        for report in done:
+            report("Local: Message timed out", None)
+        return len(done)
+
+    def flush(self, timeout: float = 0) -> int:
+        return self.poll()
+
+
+def test_undelivered_scores_are_counted_not_lost_silently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scores producer had no delivery callback: a broker that never took them lost rows
+    no counter saw. A full local queue was a failed message (skipped)."""
+    service = make_service()
+    service.options = replace(service.options, write_scores=True)
+    producer = RefusingProducer()
+    monkeypatch.setattr(ranker_service, "make_producer", lambda *a, **k: producer)
+    before = sample("solaris_ranker_scores_undelivered_total")
+    run(service, [("requests", request(n)) for n in range(3)], monkeypatch)
+    assert service.failed == 0  # the full queue was waited out, not a failed message
+    assert service.scores_undelivered == 3
+    assert sample("solaris_ranker_scores_undelivered_total") - before == 3
