@@ -138,6 +138,15 @@ class ServiceFields(BaseModel):
         description="Bucket of the rolling aggregate window: a pair leaves the window within "
         "one bucket of its age passing the window.",
     )
+    aggregate_max_keys: int = Field(
+        20_000,
+        ge=0,
+        description="Most (item, event time) keys a user's rolling aggregate keeps to tell a "
+        "redelivered embedding from a new one (~21.3 bytes each in the table value: 20,000 keep "
+        "it near 430 kB, under Kafka's 1 MB message limit). Past it the oldest buckets are "
+        "sealed: their sums stay, their keys go, and embeddings arriving late into them are "
+        "dropped and counted (a redelivery could not be told apart). 0: no limit.",
+    )
     aggregate_ttl_ms: int = Field(
         24 * HOUR_MS, gt=0, description="Freshness TTL of a user aggregate after its newest pair."
     )

@@ -8,6 +8,14 @@ to one bucket. State serialises to plain JSON for a Faust table; a bucket's keys
 until a test or an add reaches that bucket, so a batch that adds to the newest bucket decodes
 and re-encodes that bucket's keys only, not a day of them.
 
+The keys are what make a redelivery count once, and they grow with a user's traffic (a bot
+sending 1,000 new candidates a request fills a day with 10^5 of them, past Kafka's message
+limit for the table's changelog). ``max_keys`` bounds them: past it the oldest buckets are
+*sealed*: their sums and counts stay in the aggregate, their keys go, and an embedding that
+arrives later into a sealed bucket is dropped and counted (``sealed_dropped``), since a new one
+could not be told from a redelivery. The newest bucket is sealed last, only when it alone is
+over the limit.
+
 An aggregate never mixes FM versions: the state holds one version; an embedding of another
 version restarts the user's buckets for it (an FM upgrade, or a rollback), unless it is a *late*
 embedding of a version this state already left (at or before the newest event time folded under
@@ -106,6 +114,20 @@ class SeenKeys:
             self._encoded.pop(start, None)  # changed: encoded again when saved
         return fresh
 
+    def count(self) -> int:
+        """How many keys, without decoding a bucket that was not used (16 bytes a key, base64)."""
+        total = 0
+        for start in self.starts():
+            keys = self._decoded.get(start)
+            total += len(keys) if keys is not None else len(self._encoded[start]) * 3 // 4 // 16
+        return total
+
+    def count_of(self, start: int) -> int:
+        keys = self._decoded.get(start)
+        if keys is not None:
+            return len(keys)
+        return len(self._encoded.get(start, "")) * 3 // 4 // 16
+
     def drop(self, start: int) -> None:
         """Forget a bucket's keys (the bucket left the window)."""
         self._encoded.pop(start, None)
@@ -160,6 +182,8 @@ class AggregateState:
     version: str | None = None
     #: versions this state left -> newest event time folded under each (late ones are dropped)
     retired: dict[str, int] = field(default_factory=dict)
+    #: starts of buckets whose keys were dropped for the key budget (late embeddings refused)
+    sealed: set[int] = field(default_factory=set)
 
     def restart(self, version: str) -> None:
         """Empty the buckets and start over for ``version``, remembering the version left."""
@@ -170,6 +194,7 @@ class AggregateState:
         self.retired.pop(version, None)
         self.buckets.clear()
         self.seen.clear()
+        self.sealed.clear()
         self.newest_ms = 0
         self.version = version
 
@@ -177,7 +202,7 @@ class AggregateState:
         """JSON-safe form for a Faust table; sums travel as base64 float64 bytes (exact, and far
         cheaper to encode and decode than lists of floats on every embedding), each bucket's
         counted keys as base64 int64 pairs next to it."""
-        return {
+        out = {
             "b": {
                 str(k): [
                     c,
@@ -190,6 +215,9 @@ class AggregateState:
             "v": self.version,
             "r": self.retired,
         }
+        if self.sealed:
+            out["z"] = sorted(self.sealed)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> AggregateState:
@@ -202,6 +230,7 @@ class AggregateState:
             seen_of_table(data),
             data.get("v"),  # absent in state written before versions were stored
             {str(k): int(t) for k, t in data.get("r", {}).items()},
+            {int(z) for z in data.get("z", ())},
         )
 
 
@@ -233,16 +262,28 @@ def check_model_dim(version: str, dim: int, own_version: str, own_dim: int) -> N
 class RollingAggregator:
     """Adds pair embeddings to per-user state and emits the user's current aggregate."""
 
-    def __init__(self, window_ms: int, bucket_ms: int, own: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        window_ms: int,
+        bucket_ms: int,
+        own: tuple[str, int] | None = None,
+        max_keys: int = 0,
+    ) -> None:
         """``own`` = (model version, dim) of the driver's FM: its embeddings of another dim are
-        refused (:func:`check_model_dim`) by both drivers, not only the live agent."""
+        refused (:func:`check_model_dim`) by both drivers, not only the live agent.
+        ``max_keys``: the key budget of one user's state (0: none; see the module)."""
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
         self.bucket_ms = bucket_ms
         self.own = own
+        self.max_keys = max_keys
         #: embeddings dropped as late arrivals of a version their user's state already left
         self.stale_dropped = 0
+        #: embeddings dropped because their bucket was sealed for the key budget
+        self.sealed_dropped = 0
+        #: keys dropped when buckets were sealed
+        self.keys_dropped = 0
 
     def add(
         self, state: AggregateState, embeddings: EmbeddingBatch | Iterable[PairEmbedding]
@@ -265,6 +306,8 @@ class RollingAggregator:
         if last is None:
             return None
         self._evict(state)
+        if self.max_keys and state.seen.count() > self.max_keys:
+            self._seal(state)
         count = sum(c for c, _ in state.buckets.values())
         if count == 0:
             return None
@@ -291,6 +334,9 @@ class RollingAggregator:
             )
         t = run.event_time_ms
         start = t - t % self.bucket_ms
+        if start in state.sealed:
+            self.sealed_dropped += len(run.item_ids)
+            return False
         if self._expired(state, start):
             # its bucket already left the window, and with it the record of whether these were
             # counted (a redelivery must not count twice)
@@ -335,7 +381,24 @@ class RollingAggregator:
         """A bucket [start, start + bucket) is kept while it overlaps (newest - window, newest]."""
         return bucket_start + self.bucket_ms <= state.newest_ms - self.window_ms
 
+    def _seal(self, state: AggregateState) -> None:
+        """Drop the keys of the oldest buckets until the state is within ``max_keys``."""
+        total = state.seen.count()
+        for start in state.seen.starts():
+            if total <= self.max_keys:
+                break
+            n = state.seen.count_of(start)
+            state.seen.drop(start)
+            state.sealed.add(start)
+            total -= n
+            self.keys_dropped += n
+            log.info(
+                "sealed an aggregate bucket: its keys exceeded the budget",
+                extra={"bucket_start_ms": start, "keys_dropped": n, "max_keys": self.max_keys},
+            )
+
     def _evict(self, state: AggregateState) -> None:
+        state.sealed = {s for s in state.sealed if not self._expired(state, s)}
         expired = [s for s in state.buckets if self._expired(state, s)]
         for start in expired:
             # Dedup entries live exactly as long as the bucket that counted them: dropping them

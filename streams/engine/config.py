@@ -37,6 +37,8 @@ class EngineConfig:
     history_store_ttl_ms: int
     #: event time past a table value's lifetime before it is deleted (:mod:`.steps.expiry`)
     table_expiry_grace_ms: int
+    #: keys a user's aggregate state keeps (0: no limit; see ``RollingAggregator``)
+    aggregate_max_keys: int = 20_000
 
     @classmethod
     def from_settings(
@@ -66,6 +68,7 @@ class EngineConfig:
             aggregate_bucket_ms=settings.aggregate_bucket_ms,
             history_store_ttl_ms=settings.history_store_ttl_ms,
             table_expiry_grace_ms=settings.table_expiry_grace_ms,
+            aggregate_max_keys=settings.aggregate_max_keys,
         )
 
     @classmethod

@@ -107,6 +107,7 @@ def build_stages(
     aggregate_bucket_ms: int,
     verify: bool = True,
     use_neighbours: bool = True,
+    aggregate_max_keys: int = 0,
 ) -> Stages:
     """The stages of one driver; ``verify``/``use_neighbours`` switch those steps off."""
     lookahead = Lookahead() if "lookahead" in speculator.strategies else None
@@ -122,7 +123,10 @@ def build_stages(
         verifier=Verifier(models.vm, verifier) if verify and models.vm is not None else None,
         embedder=Embedder(models.fm, split=models.state),
         aggregator=RollingAggregator(
-            aggregate_window_ms, aggregate_bucket_ms, own=(models.fm.model_version, models.fm.dim)
+            aggregate_window_ms,
+            aggregate_bucket_ms,
+            own=(models.fm.model_version, models.fm.dim),
+            max_keys=aggregate_max_keys,
         ),
         reps=UserRepresentations(models.items, version_tag=version_tag(models.fm.model_version))
         if use_neighbours and models.items is not None

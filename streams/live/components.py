@@ -27,7 +27,12 @@ class Components:
         # rebuilt from that table after a start or a rebalance) are read and written by the
         # requests agent only; it attaches their counts to the proposals.
         self.stages = build_stages(
-            cfg.speculator, cfg.verifier, models, cfg.aggregate_window_ms, cfg.aggregate_bucket_ms
+            cfg.speculator,
+            cfg.verifier,
+            models,
+            cfg.aggregate_window_ms,
+            cfg.aggregate_bucket_ms,
+            aggregate_max_keys=cfg.aggregate_max_keys,
         )
         self.knobs = cfg.verify_knobs()
         self.reps = self.stages.reps

@@ -104,6 +104,15 @@ STALE_EMBEDDINGS = Counter(
     "solaris_stale_version_embeddings_total",
     "Late embeddings of a model version their user's aggregate already left (not aggregated).",
 )
+SEALED_EMBEDDINGS = Counter(
+    "solaris_sealed_bucket_embeddings_total",
+    "Embeddings dropped because their aggregate bucket was sealed for the key budget "
+    "(SOLARIS_AGGREGATE_MAX_KEYS).",
+)
+AGGREGATE_KEYS_DROPPED = Counter(
+    "solaris_aggregate_keys_dropped_total",
+    "Keys dropped from user aggregates to keep each within SOLARIS_AGGREGATE_MAX_KEYS.",
+)
 NEIGHBOUR_LISTS = Counter("solaris_neighbour_lists_written_total", "Neighbour lists written.")
 NEIGHBOUR_REFRESH_SECONDS = Histogram(
     "solaris_neighbour_refresh_seconds",

@@ -83,6 +83,7 @@ class Simulator:
             config.aggregate_bucket_ms,
             verify=config.verify,
             use_neighbours=config.use_neighbours,
+            aggregate_max_keys=config.engine.aggregate_max_keys,
         )
         self.lookahead = self.stages.lookahead
         self.verifier = self.stages.verifier

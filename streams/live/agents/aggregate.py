@@ -38,6 +38,7 @@ def register(ctx: AgentContext) -> None:
             if rec is not None:
                 admitted.append((event, rec))
                 clocks.saw("aggregates", event.message.partition, rec.event_time_ms)
+        sealed, dropped = aggregator.sealed_dropped, aggregator.keys_dropped
         result = aggregate_step(
             [rec for _, rec in admitted],
             lambda user: AGGREGATES.load(read_table(table, user)),
@@ -51,6 +52,8 @@ def register(ctx: AgentContext) -> None:
             await ctx.dead_for(admitted[index][0], exc)
         if result.stale_dropped:
             metrics.STALE_EMBEDDINGS.inc(result.stale_dropped)
+        metrics.SEALED_EMBEDDINGS.inc(aggregator.sealed_dropped - sealed)
+        metrics.AGGREGATE_KEYS_DROPPED.inc(aggregator.keys_dropped - dropped)
         if result.aggregates:
             aggs = list(result.aggregates.values())
             before = int(getattr(parts.store, "stale_skipped", 0))
