@@ -41,6 +41,18 @@ class ServiceFields(BaseModel):
         description="Lookups `solaris serve` runs at once, each thread with its own reader and "
         "store connections (more requests wait for a free thread).",
     )
+    serve_max_waiting: int = Field(
+        64,
+        ge=0,
+        description="Requests `solaris serve` lets wait for a free reader thread; one more is "
+        "answered 503 at once (overloaded) instead of queuing.",
+    )
+    serve_max_wait_ms: float = Field(
+        100.0,
+        gt=0,
+        description="The longest a request waits for a reader thread; past it, it is answered "
+        "503 without a lookup (its client has given up), so threads serve live requests.",
+    )
     serve_model_version: str = Field(
         "",
         description="`solaris serve` serves only values of this FM model version (the bundle's, "

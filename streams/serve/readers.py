@@ -3,8 +3,11 @@
 A reader, and the read connections of its store, serve one thread at a time (a Redis store's
 read pool is built for one reading thread), so each of the ``threads`` worker threads builds its
 own reader (and store) from ``make_reader`` and keeps it; the event loop hands lookups to them.
-A request that finds every thread busy waits for one: its lookup still keeps the reader's
-deadline, the wait is not part of it (``solaris_serve_request_seconds`` shows it).
+A request that finds every thread busy waits for one, within bounds: at most ``max_waiting``
+requests wait (one more is refused at once, :class:`Overloaded`: a 503), and a request that
+waited longer than ``max_wait_s`` is not looked up when its turn comes (its client, with a
+deadline of its own, has given up; the thread goes to the next one). Without the bounds a slow
+store under many clients queued requests for seconds and spent threads on abandoned ones.
 """
 
 from __future__ import annotations
@@ -51,11 +54,28 @@ def timed_lookup(
     return Served(found, error, seconds)
 
 
+class Overloaded(RuntimeError):
+    """Refused without a lookup: too many requests waiting, or this one waited too long."""
+
+
 class ReaderPool:
     """``threads`` worker threads, each with its own reader built by ``make_reader``."""
 
-    def __init__(self, make_reader: Callable[[], FeatureReader], threads: int) -> None:
+    def __init__(
+        self,
+        make_reader: Callable[[], FeatureReader],
+        threads: int,
+        max_waiting: int | None = None,
+        max_wait_s: float | None = None,
+    ) -> None:
+        """``max_waiting``: requests that may wait for a thread (None: no bound);
+        ``max_wait_s``: the longest a request waits before it is refused (None: no bound)."""
         self.threads = threads
+        self.max_waiting = max_waiting
+        self.max_wait_s = max_wait_s
+        self._in_flight = 0  #: running and waiting requests (changed on the event loop only)
+        self.refused_waiting = 0  #: refused because too many were waiting
+        self.refused_late = 0  #: refused because they waited past ``max_wait_s``
         self._make_reader = make_reader
         self._local = threading.local()
         self._readers: list[FeatureReader] = []
@@ -87,9 +107,26 @@ class ReaderPool:
         return len(self._readers)
 
     async def run(self, fn: Callable[[FeatureReader], T]) -> T:
-        """``fn(reader)`` on a worker thread with that thread's reader."""
+        """``fn(reader)`` on a worker thread with that thread's reader; :class:`Overloaded`
+        when the bounds (see the module) refuse it."""
+        if self.max_waiting is not None and self._in_flight >= self.threads + self.max_waiting:
+            self.refused_waiting += 1
+            raise Overloaded(f"{self._in_flight - self.threads} requests already waiting")
+        queued = time.perf_counter()
+
+        def work() -> T:
+            waited = time.perf_counter() - queued
+            if self.max_wait_s is not None and waited > self.max_wait_s:
+                self.refused_late += 1
+                raise Overloaded(f"waited {waited * 1000:.0f} ms for a reader")
+            return fn(self._reader())
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._reader()))
+        self._in_flight += 1
+        try:
+            return await loop.run_in_executor(self._executor, work)
+        finally:
+            self._in_flight -= 1
 
     def close(self) -> None:
         """Wait for running lookups, then close every reader's store."""

@@ -35,7 +35,7 @@ from streams.serve.protocol import (
     parse_request,
     wants_binary,
 )
-from streams.serve.readers import ReaderPool, Served, timed_lookup
+from streams.serve.readers import Overloaded, ReaderPool, Served, timed_lookup
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,11 @@ async def _features(srv: Server, request: web.Request) -> web.Response:
     except BadRequest as exc:
         status = 400
         return web.json_response(exc.body(), status=400)
+    except Overloaded as exc:  # fast, so the client can go elsewhere or serve without features
+        status = 503
+        response = _error(503, "overloaded", str(exc))
+        response.headers["Retry-After"] = "1"
+        return response
     except web.HTTPException as exc:  # e.g. 413 from reading an oversized body
         status = exc.status
         return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason)
@@ -194,6 +199,8 @@ def serve_forever(
     pool = ReaderPool(
         lambda: FeatureReader(store_from_settings(settings), rcfg, states=states),
         settings.serve_threads,
+        max_waiting=settings.serve_max_waiting,
+        max_wait_s=settings.serve_max_wait_ms / 1000,
     )
     health_store = store_from_settings(settings)
     try:

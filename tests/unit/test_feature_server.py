@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -277,3 +278,59 @@ def test_served_answers_match_the_openapi_document() -> None:
         assert not _validator(doc, "FeatureResponse").is_valid(short)
 
     _run(check, _store())
+
+
+def test_a_slow_store_under_many_clients_gets_fast_refusals_not_a_queue() -> None:
+    """200 clients at once, one reader thread, 20 ms lookups: without bounds they queued for
+    ~4 s and every abandoned one still took a thread. Now 4 may wait, the rest are refused at
+    once (503), and one whose wait passed its bound is refused without a lookup."""
+    from streams.serve.readers import Overloaded
+
+    pool = ReaderPool(lambda: object(), 1, max_waiting=4, max_wait_s=0.03)  # type: ignore[arg-type, return-value]
+    looked_up: list[int] = []
+
+    def slow(_: object, n: int) -> int:
+        time.sleep(0.02)
+        looked_up.append(n)
+        return n
+
+    async def main() -> list[object]:
+        calls = [pool.run(lambda r, n=n: slow(r, n)) for n in range(200)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        pool.close()
+    refused = [r for r in results if isinstance(r, Overloaded)]
+    assert pool.refused_waiting == 195  # one running, four waiting: the rest at once
+    assert pool.refused_late >= 1  # the last in line waited past 30 ms: no lookup for it
+    assert len(refused) == 195 + pool.refused_late
+    assert len(looked_up) == 5 - pool.refused_late and looked_up[0] == 0
+
+
+def test_an_overloaded_server_answers_503_with_retry_after() -> None:
+    """Every reader busy and no room to wait: 503 at once, with Retry-After and a JSON body."""
+    store = InMemoryStore(clock_ms=lambda: T0)
+    gate = threading.Event()
+
+    async def main() -> None:
+        pool = ReaderPool(lambda: _reader(store, 1_000.0), 1, max_waiting=0)
+        pool.warm()
+        metrics = ServeMetrics()
+        app = build_app(pool, lambda: True, ServeOptions(DIM, MAX_ITEMS, "fm"), metrics)
+        try:
+            async with TestClient(TestServer(app)) as client:
+                busy = asyncio.ensure_future(pool.run(lambda r: gate.wait(10)))
+                await asyncio.sleep(0.05)
+                resp = await client.post(FEATURES_PATH, json=REQUEST)
+                assert resp.status == 503 and resp.headers["Retry-After"] == "1"
+                assert (await resp.json())["error"] == "overloaded"
+                gate.set()
+                await busy
+                assert (await client.post(FEATURES_PATH, json=REQUEST)).status == 200
+        finally:
+            gate.set()
+            pool.close()
+
+    asyncio.run(main())
