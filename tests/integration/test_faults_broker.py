@@ -289,19 +289,26 @@ def test_broker_stopped_mid_replay_and_restarted_loses_nothing(
     report.assert_nothing_lost(context=str(measured))
 
 
-def test_broker_away_past_the_message_timeout_loses_no_batch(
-    own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
-) -> None:
-    settings = live_settings(
+def short_timeout_settings(broker: OwnBroker, bundle: Path, **extra: Any) -> Settings:
+    """A run on ``broker`` whose deliveries fail after :data:`MESSAGE_TIMEOUT_MS` and whose
+    batches are retried long enough to outlast the outage."""
+    return live_settings(
         Settings(),
         uuid.uuid4().hex[:10],
         bundle,
-        kafka_bootstrap=own_broker.bootstrap,
+        kafka_bootstrap=broker.bootstrap,
         producer_message_timeout_ms=MESSAGE_TIMEOUT_MS,
         agent_batch_attempts=12,
         agent_batch_max_backoff_s=4.0,
         **STATELESS_RANKING,
+        **extra,
     )
+
+
+def test_broker_away_past_the_message_timeout_loses_no_batch(
+    own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
+) -> None:
+    settings = short_timeout_settings(own_broker, bundle)
     arm, gate = tmp_path / "arm", tmp_path / "gate"
     fm_env = hook_env(
         tmp_path, "hold-hook", HOLD_HOOK, TEST_HOLD_ARM=str(arm), TEST_HOLD_GATE=str(gate)
@@ -350,17 +357,8 @@ def test_broker_away_past_the_message_timeout_loses_no_batch(
 def test_verify_batch_cut_by_the_outage_is_resent_not_verified_again(
     own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
 ) -> None:
-    settings = live_settings(
-        Settings(),
-        uuid.uuid4().hex[:10],
-        bundle,
-        kafka_bootstrap=own_broker.bootstrap,
-        producer_message_timeout_ms=MESSAGE_TIMEOUT_MS,
-        agent_batch_attempts=12,
-        agent_batch_max_backoff_s=4.0,
-        agent_batch_max_wait_ms=300,  # batches of several requests: one can be cut in two
-        **STATELESS_RANKING,
-    )
+    # batches of several requests, so that one can be cut in two
+    settings = short_timeout_settings(own_broker, bundle, agent_batch_max_wait_ms=300)
     arm, gate = tmp_path / "arm", tmp_path / "gate"
     env = hook_env(tmp_path, "cut-hook", CUT_HOOK, TEST_CUT_ARM=str(arm), TEST_CUT_GATE=str(gate))
     with fault_pipeline(settings, tmp_path, pipeline_env=env) as procs:
