@@ -42,13 +42,17 @@ def degradation_pairs(shipped: str, keys: list[str]) -> dict[str, tuple[str, str
 
 
 def bar_verdict(bar: dict[str, Any], transfer_defined: bool) -> str:
-    """Issue 22's bar in one word: ``meets`` (NE(kd) − NE(served) above 0 by its paired interval
-    and h ≥ 0.26), ``ahead`` (above 0, h below the bar or undefined because the FM's own gain
-    is not positive), ``level`` (the interval holds 0) or ``behind`` (below 0)."""
+    """The bar in one word: ``meets`` (NE(kd) − NE(served) above 0 by its paired interval,
+    h ≥ 0.26, and the ceiling positive: the FM itself beats tuned KD beyond noise, since h
+    divides by that margin), ``ahead`` (above 0 otherwise: h below the bar, or undefined
+    because the FM's gain over the VM or over KD is not positive), ``level`` (the interval
+    holds 0) or ``behind`` (below 0)."""
     lo, hi = bar["ne_kd_minus_served_ci95"]
     if lo > 0.0:
         h = bar.get("headroom_closure")
-        return "meets" if transfer_defined and h is not None and h >= H_BAR else "ahead"
+        ceiling = bar.get("ceiling", {}).get("fm_beats_kd")
+        h_means_something = transfer_defined and ceiling == "positive"
+        return "meets" if h_means_something and h is not None and h >= H_BAR else "ahead"
     return "behind" if hi < 0.0 else "level"
 
 

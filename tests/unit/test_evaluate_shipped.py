@@ -10,8 +10,12 @@ from models.evaluate_names import shipped_vm_key
 from models.evaluate_shipped import H_BAR, bar_verdict, degradation_pairs
 
 
-def _bar(lo: float, hi: float, h: float | None) -> dict[str, Any]:
-    return {"ne_kd_minus_served_ci95": [lo, hi], "headroom_closure": h}
+def _bar(lo: float, hi: float, h: float | None, ceiling: str = "positive") -> dict[str, Any]:
+    return {
+        "ne_kd_minus_served_ci95": [lo, hi],
+        "headroom_closure": h,
+        "ceiling": {"fm_beats_kd": ceiling},
+    }
 
 
 @pytest.mark.parametrize(
@@ -28,6 +32,14 @@ def _bar(lo: float, hi: float, h: float | None) -> dict[str, Any]:
 )
 def test_bar_verdict(lo: float, hi: float, h: float | None, defined: bool, want: str) -> None:
     assert bar_verdict(_bar(lo, hi, h), defined) == want
+
+
+@pytest.mark.parametrize("ceiling", ["within noise", "negative"])
+def test_no_meets_while_the_fm_does_not_beat_kd(ceiling: str) -> None:
+    """h divides by NE(kd) − NE(fm): where that margin is noise, h (2.42 on ml-100k, interval
+    [-16, 18]) says nothing, and the served model's lead over KD is only "ahead"."""
+    assert bar_verdict(_bar(0.004, 0.015, 2.42, ceiling), True) == "ahead"
+    assert bar_verdict(_bar(0.004, 0.015, 2.42, "positive"), True) == "meets"
 
 
 def test_shipped_vm_key_prefers_both_channels_then_engine_then_offline() -> None:
