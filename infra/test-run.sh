@@ -7,6 +7,7 @@
 # broker or Redis starts once). Tests marked `timing` assert wall-clock bounds of a few ms (read
 # deadlines, failover bounds); beside other test processes a loaded machine breaks them (seen:
 # a fresh reader's connections to a delay proxy not open in time), so they run on their own.
+# Tests marked `alone` run there too (see the marker's reason at the test).
 # Usage: bash infra/test-run.sh WORKERS PYTHON [PYTEST_ARGS...]; WORKERS 0 = everything in one
 # process. (Not an environment variable: Settings refuses unknown SOLARIS_* ones.)
 set -euo pipefail
@@ -31,8 +32,8 @@ if [ "$workers" = 0 ]; then
   exit $?
 fi
 rc=0 timing_rc=0
-limited "$py" -m pytest -n "$workers" --dist loadfile -m "not timing" "$@" || rc=$?
-limited "$py" -m pytest -p no:xdist -m timing "$@" || timing_rc=$?
+limited "$py" -m pytest -n "$workers" --dist loadfile -m "not timing and not alone" "$@" || rc=$?
+limited "$py" -m pytest -p no:xdist -m "timing or alone" "$@" || timing_rc=$?
 # exit code 5 there: PYTEST_ARGS chose no `timing` test (e.g. one unit test file), not a failure
 [ "$timing_rc" = 5 ] && timing_rc=0
 [ "$rc" != 0 ] && exit "$rc"

@@ -354,6 +354,10 @@ def test_broker_away_past_the_message_timeout_loses_no_batch(
     report.assert_nothing_lost()
 
 
+# Runs in make test's serial phase: in 2 of 3 loaded clean-clone runs, the xdist worker running
+# it died without a trace (no traceback, no faulthandler output, no OOM) while another process
+# ran test_faults_workers.py's kill -9 tests; alone it passed every time. Cause not found.
+@pytest.mark.alone
 def test_verify_batch_cut_by_the_outage_is_resent_not_verified_again(
     own_broker: OwnBroker, traffic_faults: Path, bundle: Path, tmp_path: Path
 ) -> None:
