@@ -58,6 +58,23 @@ def _one_mode(
     return [{"mode": mode, **s} for s in steps]
 
 
+#: the longest the counters are waited for after the last step
+DRAIN_S = 60.0
+
+
+def drained_counters(run: Any, fields: tuple[str, ...]) -> dict[str, int]:
+    """The deployment's shared counters once each has moved (workers flush them about once a
+    second), or as they are after :data:`DRAIN_S`: a smoke run beside other jobs had sent all
+    its events but not yet verified one when the counters were read 1.5 s later."""
+    deadline = time.monotonic() + DRAIN_S
+    time.sleep(1.5)
+    counts = {f: run.counter(f) for f in fields}
+    while not all(counts.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        counts = {f: run.counter(f) for f in fields}
+    return counts
+
+
 def paced_deployment(
     settings: Settings, bundle: Any, traffic: Any, cfg: FuseConfig, env: dict[str, str]
 ) -> list[dict[str, Any]]:
@@ -92,9 +109,9 @@ def paced_deployment(
                 steps.append(step)
         if cfg.burst_events:
             steps.append(burst_step(run, events, cfg.burst_events, cpu, timeout_s=600.0))
-        time.sleep(1.5)  # workers flush the shared counters about once a second
-        # over the whole deployment (both modes must have verified and embedded pairs)
-        steps[-1]["counters"] = {f: run.counter(f) for f in ("verified", "embedded")}
+        # over the whole deployment (both modes must have verified and embedded pairs); on a
+        # loaded machine the last step's events may still be in flight: wait for them (bounded)
+        steps[-1]["counters"] = drained_counters(run, ("verified", "embedded"))
     return steps
 
 
