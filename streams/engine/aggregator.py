@@ -115,14 +115,11 @@ class SeenKeys:
         return fresh
 
     def count(self) -> int:
-        """How many keys, without decoding a bucket that was not used (16 bytes a key, base64)."""
-        total = 0
-        for start in self.starts():
-            keys = self._decoded.get(start)
-            total += len(keys) if keys is not None else len(self._encoded[start]) * 3 // 4 // 16
-        return total
+        """How many keys, without decoding a bucket that was not used."""
+        return sum(self.count_of(start) for start in self.starts())
 
     def count_of(self, start: int) -> int:
+        """The bucket's keys, from its encoded length when not decoded (16 bytes a key, base64)."""
         keys = self._decoded.get(start)
         if keys is not None:
             return len(keys)

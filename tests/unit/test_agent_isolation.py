@@ -393,26 +393,3 @@ def test_a_model_that_fails_on_every_message_is_unavailable_not_bad_data() -> No
     out = asyncio.run(embed_isolating(items, one_poison))  # others succeed: that one is bad
     assert [it.event for it, _ in out.done] == [0, 1, 3]
     assert [it.event for it, _ in out.failed] == [2]
-
-
-def test_a_poison_message_alone_in_its_group_is_its_own_fault_not_an_outage() -> None:
-    """Quiet traffic makes groups of one: a message the model fails on, alone, read as an
-    outage (ModelUnavailable: the batch rerun until the worker exited, again and again). A
-    probe the working model embeds tells the two apart."""
-    from models.errors import InferenceError
-
-    items = [embed_input(n, m) for n, m in enumerate(verified(3))]
-    embedder = Embedder(FakeFM(4))
-    groups: list[list[Any]] = []
-
-    async def poisoned(group: list[EmbedInput[Any]]) -> list[PairEmbedding]:
-        groups.append([it.event for it in group])
-        if any(it.event in (0, 1) for it in group):
-            raise InferenceError("fm.onnx: inference failed on this input")
-        return embedder.embed_messages([it.batch for it in group], [it.history for it in group])
-
-    out = asyncio.run(embed_isolating(items[:1], poisoned))
-    assert [it.event for it, _ in out.failed] == [0] and not out.done
-    assert groups == [[0], [None]]  # the message, then the probe (event None)
-    out = asyncio.run(embed_isolating(items[:2], poisoned))  # two poison letters together
-    assert [it.event for it, _ in out.failed] == [0, 1] and not out.done

@@ -3,15 +3,20 @@ that fails with OSError, or memory running out, reruns the batch (the batch guar
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
 import pytest
 
-from schemas.records import ProposalBatch
+from schemas.records import PairEmbedding, ProposalBatch
+from streams.engine.embedder import Embedder
+from streams.engine.steps.embed import EmbedInput, embed_input, embed_isolating
 from streams.live.agents import verify as verify_agent
 from streams.live.batch_guard import INFRA_ERRORS
 from streams.live.components import Components
+from tests.fakes import FakeFM
+from tests.unit.test_agent_isolation import verified
 from tests.unit.test_agents import T0, Sent, proposals, put, run
 
 
@@ -105,3 +110,26 @@ def test_a_vm_outage_reruns_the_verify_batch_and_a_vm_poison_is_dead_lettered(
         assert not app.agents["verify"]._crashed.is_set()
 
     run(body, monkeypatch)
+
+
+def test_a_poison_message_alone_in_its_group_is_its_own_fault_not_an_outage() -> None:
+    """Quiet traffic makes groups of one: a message the model fails on, alone, read as an
+    outage (ModelUnavailable: the batch rerun until the worker exited, again and again). A
+    probe the working model embeds tells the two apart."""
+    from models.errors import InferenceError
+
+    items = [embed_input(n, m) for n, m in enumerate(verified(3))]
+    embedder = Embedder(FakeFM(4))
+    groups: list[list[Any]] = []
+
+    async def poisoned(group: list[EmbedInput[Any]]) -> list[PairEmbedding]:
+        groups.append([it.event for it in group])
+        if any(it.event in (0, 1) for it in group):
+            raise InferenceError("fm.onnx: inference failed on this input")
+        return embedder.embed_messages([it.batch for it in group], [it.history for it in group])
+
+    out = asyncio.run(embed_isolating(items[:1], poisoned))
+    assert [it.event for it, _ in out.failed] == [0] and not out.done
+    assert groups == [[0], [None]]  # the message, then the probe (event None)
+    out = asyncio.run(embed_isolating(items[:2], poisoned))  # two poison letters together
+    assert [it.event for it, _ in out.failed] == [0, 1] and not out.done
